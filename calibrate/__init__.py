@@ -1,0 +1,18 @@
+"""Measure a real device and fit a calibration profile (torch, pynvml).
+
+The estimator never imports this package: torch and pynvml are an optional
+extra, installed with ``pip install 'llm-roofline[calibrate]'``.
+"""
+
+from __future__ import annotations
+
+INSTALL_HINT = "pip install 'llm-roofline[calibrate]'"
+
+
+def require_torch():
+    """Import torch, or fail with the exact command that installs the calibration extra."""
+    try:
+        import torch
+    except ImportError:
+        raise ImportError(f"calibration needs torch and pynvml; install them with: {INSTALL_HINT}") from None
+    return torch

@@ -1,0 +1,304 @@
+"""The public Python API: :func:`estimate` one configuration, :func:`sweep` many.
+
+Both resolve names at the edge, turn specs into columns, and call the same
+vectorized :func:`estimator.evaluate.evaluate`; an estimate is a sweep of one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from estimator.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
+from estimator.db import Database, load_database
+from estimator.errors import ConfigurationError
+from estimator.evaluate import evaluate
+from estimator.formats import KVFormat, WeightFormat, kv_format, weight_format
+from estimator.hardware import Hardware
+from estimator.hf_config import load_config_json
+from estimator.model import ModelSpec
+from estimator.roofline import BOUND_NAMES
+
+# The columns a sweep returns unless ``detail=True`` asks for the ledgers too.
+MAIN_COLUMNS = (
+    "ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total", "e2e_latency_s",
+    "tpot_inclusive_s", "throughput_out_tps", "prefill_bound", "decode_bound",
+    "memory_required_bytes", "memory_available_bytes", "fits", "max_batch",
+)
+AXES = ("model", "hardware", "weight_format", "kv_format", "n_gpus", "batch", "prompt_tokens", "output_tokens")
+
+
+def resolve_model(model: str | ModelSpec, db: Database) -> ModelSpec:
+    """A spec, a database name/alias/HF id, or a path to a local config.json (or its folder)."""
+    if isinstance(model, ModelSpec):
+        return model
+    path = Path(model)
+    if model.endswith(".json") or (path.is_dir() and (path / "config.json").exists()):
+        return load_config_json(path)
+    return db.models.get(model)
+
+
+def resolve_hardware(gpu: str | Hardware, db: Database) -> Hardware:
+    return gpu if isinstance(gpu, Hardware) else db.hardware.get(gpu)
+
+
+def resolve_weight_format(fmt: str | WeightFormat) -> WeightFormat:
+    return fmt if isinstance(fmt, WeightFormat) else weight_format(fmt)
+
+
+def resolve_kv_format(fmt: str | KVFormat) -> KVFormat:
+    return fmt if isinstance(fmt, KVFormat) else kv_format(fmt)
+
+
+def _check_workload(batches, prompts, outputs, n_gpus) -> None:
+    checks = (("batch", batches, 1), ("prompt tokens", prompts, 1), ("output tokens", outputs, 1),
+              ("number of GPUs", n_gpus, 1))
+    for label, values, minimum in checks:
+        for v in values:
+            if isinstance(v, bool) or not float(v).is_integer() or v < minimum:
+                raise ConfigurationError(f"{label} must be a whole number >= {minimum}, got {v!r}")
+
+
+def _check_layout(models: Sequence[ModelSpec], n_gpus: Iterable[int]) -> None:
+    for m in models:
+        for n in n_gpus:
+            if m.shape.num_attention_heads % n:
+                raise ConfigurationError(
+                    f"{m.name} has {m.shape.num_attention_heads} attention heads, which {n} tensor-parallel "
+                    f"devices cannot split evenly; use a device count that divides {m.shape.num_attention_heads}")
+
+
+@dataclass(frozen=True)
+class ResultTable:
+    """Results of a sweep: one row per configuration, one numpy array per column.
+
+    ``index`` holds, per axis, the position of each row's value in ``labels``;
+    :meth:`to_pandas` turns both into a DataFrame with categorical label columns.
+    """
+
+    columns: dict[str, np.ndarray]
+    index: dict[str, np.ndarray]
+    labels: dict[str, list]
+    compute_dtypes: list[list[str]] = field(repr=False)  # [format][hardware]
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    def label(self, axis: str, row: int):
+        return self.labels[axis][int(self.index[axis][row])]
+
+    def row(self, i: int) -> dict:
+        """One configuration as a plain dict: its labels, then every result column."""
+        out = {axis: self.label(axis, i) for axis in AXES}
+        out["compute_dtype"] = self.compute_dtypes[int(self.index["weight_format"][i])][int(self.index["hardware"][i])]
+        out.update({k: v[i].item() for k, v in self.columns.items()})
+        for phase in ("prefill_bound", "decode_bound"):
+            if phase in out:
+                out[phase] = BOUND_NAMES[int(out[phase])]
+        return out
+
+    def to_pandas(self):
+        """A pandas DataFrame (pandas is imported only here)."""
+        import pandas as pd
+
+        frame = {axis: pd.Categorical.from_codes(self.index[axis], categories=_unique(self.labels[axis]))
+                 if isinstance(self.labels[axis][0], str) else np.asarray(self.labels[axis])[self.index[axis]]
+                 for axis in AXES}
+        frame.update(self.columns)
+        df = pd.DataFrame(frame)
+        for phase in ("prefill_bound", "decode_bound"):
+            if phase in df:
+                df[phase] = pd.Categorical.from_codes(df[phase].astype(int), categories=list(BOUND_NAMES))
+        return df
+
+
+def _unique(names: list[str]) -> list[str]:
+    if len(set(names)) != len(names):
+        raise ConfigurationError(f"duplicate entries in a sweep axis: {names}")
+    return names
+
+
+def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
+          weight_formats: Sequence[str | WeightFormat] = ("bf16",), kv_formats: Sequence[str | KVFormat] = ("f16",),
+          batches: Sequence[int] = (1,), prompt_tokens: Sequence[int] = (512,), output_tokens: Sequence[int] = (256,),
+          n_gpus: Sequence[int] = (1,), *, fused_attention: bool = True, detail: bool = False,
+          db: Database | None = None) -> ResultTable:
+    """Estimate every combination of the given lists (their cartesian product).
+
+    Parameters
+    ----------
+    models, gpus : sequence of names or specs
+        Names resolve like the CLI's (HF id, alias, NVML name; a model may be a config.json path).
+    weight_formats, kv_formats : sequence of names or formats
+    batches, prompt_tokens, output_tokens, n_gpus : sequence of int
+        Concurrent sequences, prompt length, generated tokens, tensor-parallel devices.
+    fused_attention : bool
+        FlashAttention-style kernels (True) or eager attention that writes the score matrix.
+    detail : bool
+        Also return the FLOP and byte ledgers and the time split per phase.
+
+    Returns
+    -------
+    ResultTable
+        Rows in C order over (model, hardware, weight_format, kv_format, n_gpus, batch,
+        prompt_tokens, output_tokens); convert with ``.to_pandas()``.
+
+    Examples
+    --------
+    How many tokens/s does one sequence get from Llama-2-7B in f16, on an H100 vs with 4-bit AWQ?
+
+    >>> table = sweep(["llama-2-7b"], ["h100"], weight_formats=["f16", "int4-awq"], output_tokens=[128])
+    >>> [round(v) for v in table.columns["decode_tps_per_seq"]]
+    [165, 389]
+    """
+    db = db or load_database()
+    model_specs = [resolve_model(m, db) for m in models]
+    devices = [resolve_hardware(g, db) for g in gpus]
+    fmts = [resolve_weight_format(f) for f in weight_formats]
+    kvs = [resolve_kv_format(k) for k in kv_formats]
+    _check_workload(batches, prompt_tokens, output_tokens, n_gpus)
+    _check_layout(model_specs, n_gpus)
+    sizes = (len(model_specs), len(devices), len(fmts), len(kvs), len(n_gpus), len(batches),
+             len(prompt_tokens), len(output_tokens))
+
+    def on_axis(columns: dict, axis: int) -> dict:
+        shape = [1] * len(sizes)
+        shape[axis] = sizes[axis]
+        return {k: v.reshape(shape) for k, v in columns.items()}
+
+    def values_on_axis(values, axis: int) -> np.ndarray:
+        return on_axis({"v": np.asarray(values, dtype=float)}, axis)["v"]
+
+    peaks, dtypes = compute_peak_table(fmts, devices)
+    results = evaluate(
+        m=on_axis(model_columns(model_specs), 0), hw=on_axis(hardware_columns(devices), 1),
+        f=on_axis(format_columns(fmts), 2), kv=on_axis(kv_columns(kvs), 3),
+        peak_linear_flops_per_s=peaks.T.reshape(1, sizes[1], sizes[2], 1, 1, 1, 1, 1),
+        n_gpus=values_on_axis(n_gpus, 4), B=values_on_axis(batches, 5), T=values_on_axis(prompt_tokens, 6),
+        O=values_on_axis(output_tokens, 7), fused_attention=fused_attention)
+    keep = results if detail else {k: results[k] for k in MAIN_COLUMNS}
+    columns = {k: np.broadcast_to(v, sizes).ravel() for k, v in keep.items()}
+    grids = np.unravel_index(np.arange(int(np.prod(sizes))), sizes)
+    labels = {
+        "model": [m.name for m in model_specs], "hardware": [d.name for d in devices],
+        "weight_format": [f.name for f in fmts], "kv_format": [k.name for k in kvs],
+        "n_gpus": list(n_gpus), "batch": list(batches), "prompt_tokens": list(prompt_tokens),
+        "output_tokens": list(output_tokens),
+    }
+    return ResultTable(columns=columns, index=dict(zip(AXES, grids)), labels=labels, compute_dtypes=dtypes)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One configuration's results with the inputs that produced them.
+
+    ``results`` holds every column of a detailed sweep row (base units: seconds,
+    bytes, FLOPs). Speeds are physics-only when ``fits`` is False: the CLI and
+    :meth:`to_dict` withhold them then.
+    """
+
+    model: ModelSpec
+    hardware: Hardware
+    weight_format: WeightFormat
+    kv_format: KVFormat
+    n_gpus: int
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+    fused_attention: bool
+    compute_dtype: str
+    results: dict
+    warnings: tuple[str, ...] = ()
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["results"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def to_dict(self) -> dict:
+        """JSON-ready: inputs, then results; speeds are None when the model does not fit."""
+        speed_keys = {"ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total",
+                      "e2e_latency_s", "tpot_inclusive_s", "throughput_out_tps"}
+        results = {k: (None if (k in speed_keys and not self.results["fits"]) else v) for k, v in self.results.items()}
+        return {
+            "model": self.model.name, "hf_id": self.model.hf_id, "hardware": self.hardware.name,
+            "n_gpus": self.n_gpus, "weight_format": self.weight_format.name, "kv_format": self.kv_format.name,
+            "compute_dtype": self.compute_dtype, "batch": self.batch, "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens, "fused_attention": self.fused_attention,
+            "efficiency_source": "datasheet peaks x default efficiencies (no calibration profile)",
+            **results, "warnings": list(self.warnings),
+        }
+
+
+def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int = 1, weight_format: str = "bf16",
+             kv_format: str = "f16", batch: int = 1, prompt_tokens: int = 512, output_tokens: int = 256,
+             fused_attention: bool = True, db: Database | None = None) -> Estimate:
+    """Estimate TTFT, decode speed and memory fit for one configuration.
+
+    Parameters are as in :func:`sweep`, one value each. The estimate is a sweep of one row.
+
+    Examples
+    --------
+    Llama-2-70B in f16 needs two 80 GB cards for its 140 GB of weights:
+
+    >>> one = estimate("llama-2-70b", "h100", weight_format="f16")
+    >>> one.fits, round(one.memory_weights_bytes / 1e9)
+    (False, 138)
+    >>> two = estimate("llama-2-70b", "h100", n_gpus=2, weight_format="f16")
+    >>> two.fits, two.decode_bound
+    (True, 'memory')
+    """
+    db = db or load_database()
+    spec, device = resolve_model(model, db), resolve_hardware(gpu, db)
+    table = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
+                  [n_gpus], fused_attention=fused_attention, detail=True, db=db)
+    row = table.row(0)
+    warnings = []
+    if prompt_tokens + output_tokens > spec.shape.max_context:
+        warnings.append(f"prompt + output = {prompt_tokens + output_tokens} tokens exceeds {spec.name}'s "
+                        f"maximum context of {spec.shape.max_context}")
+    return Estimate(
+        model=spec, hardware=device, weight_format=resolve_weight_format(weight_format),
+        kv_format=resolve_kv_format(kv_format), n_gpus=n_gpus, batch=batch, prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens, fused_attention=fused_attention, compute_dtype=row.pop("compute_dtype"),
+        results={k: v for k, v in row.items() if k not in AXES}, warnings=tuple(warnings))
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One row of a configuration list, already resolved to specs."""
+
+    model: ModelSpec
+    hardware: Hardware
+    weight_format: WeightFormat
+    kv_format: KVFormat
+    n_gpus: int
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+
+
+def evaluate_configurations(configs: Sequence[Configuration], fused_attention: bool = True) -> dict[str, np.ndarray]:
+    """Evaluate an arbitrary list of configurations in one vectorized call (rows, not a product)."""
+    _check_workload([c.batch for c in configs], [c.prompt_tokens for c in configs],
+                    [c.output_tokens for c in configs], [c.n_gpus for c in configs])
+
+    def gather(items, columns_of):
+        unique = list({id(x): x for x in items}.values())
+        position = {id(x): i for i, x in enumerate(unique)}
+        index = np.array([position[id(x)] for x in items])
+        return {k: v[index] for k, v in columns_of(unique).items()}, unique, index
+
+    m, _, _ = gather([c.model for c in configs], model_columns)
+    hw, devices, hw_index = gather([c.hardware for c in configs], hardware_columns)
+    f, fmts, f_index = gather([c.weight_format for c in configs], format_columns)
+    kv, _, _ = gather([c.kv_format for c in configs], kv_columns)
+    peaks, _ = compute_peak_table(fmts, devices)
+    return evaluate(m=m, hw=hw, f=f, kv=kv, peak_linear_flops_per_s=peaks[f_index, hw_index],
+                    B=[c.batch for c in configs], T=[c.prompt_tokens for c in configs],
+                    O=[c.output_tokens for c in configs], n_gpus=[c.n_gpus for c in configs],
+                    fused_attention=fused_attention)

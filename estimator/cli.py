@@ -1,0 +1,103 @@
+"""The `roofline` command line: parse, load specs, call the library, format, print.
+
+Errors a user can cause are caught once, printed as ``Name: message``, and the
+command exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Sequence
+
+from estimator import catalog, predict
+from estimator.api import estimate
+from estimator.db import load_database
+from estimator.errors import RooflineError
+from estimator.report import format_estimate
+
+
+def _add_db(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", action="append", default=[], metavar="PATH",
+                   help="folder of extra hardware/model YAML entries (repeatable; also $ROOFLINE_DB_PATH)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="roofline", description="How fast will this LLM run on that GPU? Roofline estimates of TTFT, "
+                                     "decode tokens/s and memory fit.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    est = sub.add_parser("estimate", help="estimate one configuration")
+    est.add_argument("--model", required=True, help="name, alias, HF id, or path to a config.json")
+    est.add_argument("--gpu", required=True, help="name, alias or NVML name (see `roofline list gpus`)")
+    est.add_argument("--gpus", type=int, default=1, help="devices, split by tensor parallelism (default 1)")
+    est.add_argument("--format", default="bf16", help="weight format (default bf16; `roofline list formats`)")
+    est.add_argument("--kv-format", default="f16", help="KV-cache format: f16, bf16, fp8, int8, q4 (default f16)")
+    est.add_argument("--batch", type=int, default=1, help="concurrent sequences (default 1)")
+    est.add_argument("--prompt", type=int, default=512, help="prompt tokens per sequence (default 512)")
+    est.add_argument("--output", type=int, default=256, help="generated tokens per sequence (default 256)")
+    est.add_argument("--unfused-attention", action="store_true",
+                     help="eager attention that writes the score matrix (default: FlashAttention-style)")
+    est.add_argument("--json", action="store_true", help="print one JSON object (base units: s, bytes)")
+    _add_db(est)
+
+    lst = sub.add_parser("list", help="list gpus, models or formats")
+    lst.add_argument("what", choices=("gpus", "models", "formats"))
+    lst.add_argument("--vendor", help="gpus: only this vendor (e.g. NVIDIA, AMD, Apple)")
+    lst.add_argument("--class", dest="device_class", help="gpus: datacenter_gpu, consumer_gpu, soc_unified, ...")
+    lst.add_argument("--family", help="models: only this family (e.g. llama, qwen)")
+    lst.add_argument("--min-memory-gib", type=float, help="gpus: at least this much memory")
+    lst.add_argument("--moe", action="store_true", help="models: only mixture-of-experts models")
+    lst.add_argument("--json", action="store_true")
+    _add_db(lst)
+
+    show = sub.add_parser("show", help="every field of a gpu or model, with its source")
+    show.add_argument("what", choices=("gpu", "model"))
+    show.add_argument("name")
+    show.add_argument("--json", action="store_true")
+    _add_db(show)
+
+    pred = sub.add_parser("predict", help="predict each configuration of a CSV")
+    pred.add_argument("--csv", required=True, help="input CSV (id, framework, hardware, n_gpus, model, "
+                                                   "weight_format, kv_format, batch, input_len, output_len, metric"
+                                                   "[, value, unit])")
+    pred.add_argument("--out", required=True, help="output CSV (id, status, predicted, measured, rel_error, reason)")
+    pred.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    _add_db(pred)
+    return parser
+
+
+def run(args: argparse.Namespace) -> str:
+    """Execute a parsed command and return what to print."""
+    db = load_database(args.db)
+    if args.command == "estimate":
+        e = estimate(args.model, args.gpu, n_gpus=args.gpus, weight_format=args.format, kv_format=args.kv_format,
+                     batch=args.batch, prompt_tokens=args.prompt, output_tokens=args.output,
+                     fused_attention=not args.unfused_attention, db=db)
+        return json.dumps(e.to_dict(), indent=2) if args.json else format_estimate(e)
+    if args.command == "list":
+        return catalog.list_entries(db, args)
+    if args.command == "show":
+        return catalog.show_entry(db, args.what, args.name, as_json=args.json)
+    if args.command == "predict":
+        return predict.predict_file(args.csv, args.out, db=db, force=args.force)
+    raise AssertionError(args.command)  # argparse restricts the choices
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        print(run(args))
+    except RooflineError as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `roofline list gpus | head`: the reader left, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""FLOPs per phase, as a ledger of named terms (FORMULAS.md §4, §5).
+
+Conventions: a multiply-add is 2 FLOPs (we count FLOPs, not MACs); a matmul
+[M, K] × [K, N] costs 2·M·K·N. ``m`` is a dict of model columns
+(:func:`estimator.columns.model_columns`); every function broadcasts over the
+batch ``B``, prompt ``T`` and context arguments.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from estimator.span import causal_pairs
+
+
+def matmul_params_per_token(m):
+    """Weights one token multiplies through, excluding the output head.
+
+    Dense linear layers plus k routed experts per MoE layer: the FLOPs do not
+    depend on how many distinct experts a batch touches, only on k.
+    """
+    return m["params_dense_linear"] + m["params_routed_one"] * m["experts_per_token"] * m["moe_layers"]
+
+
+def prefill_flops(m, B, T):
+    """FLOPs to prefill B prompts of T tokens.
+
+    Notes
+    -----
+    linear    = 2 · P_matmul · B · T
+    attention = B · f_pair · Σ_layers causal_pairs(T, W_layer), with f_pair = 4·n_h·d_h
+                (QKᵀ and AV; causal: T(T+1)/2 pairs, not T², servcalc / FORMULAS.md §5)
+    head      = 2 · d · V · B — logits for the last position only
+    """
+    global_layers = m["layers"] - m["local_layers"]
+    pairs = global_layers * causal_pairs(T, 0) + m["local_layers"] * causal_pairs(T, m["window"])
+    return {
+        "linear": 2.0 * matmul_params_per_token(m) * B * T,
+        "attention": m["attn_flops_prefill_per_pair_layer"] * pairs * B,
+        "head": 2.0 * m["params_head"] * B,
+    }
+
+
+def decode_flops(m, B, span_global, span_local):
+    """FLOPs of one decode step: B sequences, one new token each.
+
+    ``span_global``/``span_local`` are the tokens each new token attends to in a
+    global / sliding-window layer.
+
+    Notes
+    -----
+    linear    = 2 · P_matmul · B
+    attention = B · f_pair · (L_global · S + L_local · min(S, W))
+    head      = 2 · d · V · B
+    """
+    global_layers = m["layers"] - m["local_layers"]
+    attended = global_layers * span_global + m["local_layers"] * span_local
+    return {
+        "linear": 2.0 * matmul_params_per_token(m) * B,
+        "attention": m["attn_flops_decode_per_pair_layer"] * attended * B,
+        "head": 2.0 * m["params_head"] * B,
+    }
+
+
+def total(ledger: dict) -> np.ndarray:
+    """Sum of a ledger's terms."""
+    return sum(ledger.values())

@@ -1,0 +1,69 @@
+"""Memory footprint per device, whether it fits, and the largest batch that does.
+
+required = weights / N + KV cache + activation workspace + runtime reserve
+available = capacity × usable fraction
+
+- Weights count **all** parameters, every expert included (llmfit #230 counted
+  active parameters and recommended models that do not fit).
+- The KV cache is allocated for the whole context (prompt + output) of every
+  sequence; sliding-window layers keep at most W tokens. Paged allocation and
+  engine memory fractions (vLLM's pre-reserved 0.9) are the serving-level model's.
+- The activation workspace is the prefill peak: one layer's matmul outputs for
+  the prompt tokens of one forward pass, the fp32 logits of the last positions
+  and, without fused attention, one layer's T×T score matrices. Engines prefill
+  at most a token budget per pass (vLLM ``max_num_batched_tokens``, 8192 by
+  default in V1), but never less than one whole prompt (chunking a prompt is the
+  serving-level model's), so the workspace stops growing with the batch there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from estimator.traffic import (ACTIVATION_BYTES, LOGIT_BYTES, kv_bytes_per_token_layer,
+                               kv_replication, weight_bytes_stored)
+
+
+def kv_cache_bytes_per_sequence(m, kv_bits, context, n_gpus):
+    """KV bytes one sequence of ``context`` tokens holds, over all devices of the replica."""
+    global_layers = m["layers"] - m["local_layers"]
+    local_kept = np.where(m["window"] > 0, np.minimum(context, m["window"]), context)
+    token_layers = global_layers * context + m["local_layers"] * local_kept
+    return kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, n_gpus) * token_layers
+
+
+PREFILL_TOKEN_BUDGET = 8192
+
+
+def activation_workspace_bytes(m, B, T, fused_attention):
+    """Prefill workspace of the peak layer for B prompts of T tokens, within the token budget."""
+    tokens = np.minimum(B * T, np.maximum(T, PREFILL_TOKEN_BUDGET))
+    sequences = np.maximum(np.floor(tokens / np.maximum(T, 1)), 1)
+    widest = np.maximum(m["ffn_width"], (m["heads"] + 2 * m["kv_heads"]) * m["head_dim"])
+    matmul_outputs = tokens * (2 * m["hidden"] + widest) * ACTIVATION_BYTES
+    scores = np.where(fused_attention, 0.0, sequences * m["heads"] * T * T * ACTIVATION_BYTES)
+    return matmul_outputs + scores + np.minimum(B, sequences) * m["vocab"] * LOGIT_BYTES
+
+
+def memory_fit(m, f, kv_bits, hw, B, T, O, n_gpus, fused_attention):
+    """Per-device footprint (bytes on each of the N devices), fit, and the largest batch at this context."""
+    n = np.asarray(n_gpus, dtype=float)
+    weights = weight_bytes_stored(m, f) / n
+    kv_per_seq = kv_cache_bytes_per_sequence(m, kv_bits, T + O, n_gpus) / n
+    activations = activation_workspace_bytes(m, B, T, fused_attention) / n
+    full_budget = activation_workspace_bytes(m, 1e15, T, fused_attention) / n  # as many prompts as the budget holds
+    reserve = hw["runtime_reserve_bytes"]
+    available = hw["capacity_bytes"] * hw["usable_memory_fraction"]
+    required = weights + B * kv_per_seq + activations + reserve
+    room = available - weights - reserve - full_budget
+    max_batch = np.floor(np.maximum(room, 0) / kv_per_seq)
+    return {
+        "memory_weights_bytes": weights,
+        "memory_kv_cache_bytes": B * kv_per_seq,
+        "memory_activation_bytes": activations,
+        "memory_reserve_bytes": reserve + 0 * weights,
+        "memory_required_bytes": required,
+        "memory_available_bytes": available + 0 * weights,
+        "fits": required <= available,
+        "max_batch": max_batch,
+    }

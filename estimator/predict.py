@@ -1,0 +1,159 @@
+"""`roofline predict`: predict each configuration of a CSV and compare with measured values.
+
+Input columns: ``id, framework, hardware, n_gpus, model, weight_format,
+kv_format, batch, input_len, output_len, metric`` and optionally ``value,
+unit``; other columns are ignored. A row whose names do not resolve gets a
+status and a reason, and the other rows still run. Names with a parenthetical
+remark (``FP8 (ModelOpt)``) are tried with and without it.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from pathlib import Path
+
+from estimator.api import Configuration, evaluate_configurations, resolve_model
+from estimator.db import Database, load_database
+from estimator.errors import ConfigurationError, RooflineError, UnknownNameError
+from estimator.formats import kv_format, weight_format
+
+# metric name -> (result column, factor from base units to the metric's unit)
+METRICS = {
+    "decode_tps_per_seq": ("decode_tps_per_seq", 1.0),
+    "decode_tps_total": ("decode_tps_total", 1.0),
+    "prefill_tps": ("prefill_tps", 1.0),
+    "ttft_ms": ("ttft_s", 1e3),
+    "itl_ms": ("itl_s", 1e3),
+    "throughput_out_tps": ("throughput_out_tps", 1.0),
+    "e2e_latency_s": ("e2e_latency_s", 1.0),
+}
+REQUIRED = ("id", "hardware", "n_gpus", "model", "weight_format", "batch", "input_len", "output_len", "metric")
+OUTPUT_COLUMNS = ("id", "status", "metric", "predicted", "measured", "unit", "rel_error", "reason")
+
+
+def _candidates(name: str) -> list[str]:
+    """The name as written, then without a trailing remark in parentheses or after a comma."""
+    stripped = re.sub(r"\s*\(.*\)\s*$", "", name).strip()
+    return list(dict.fromkeys([name.strip(), stripped, stripped.split(",")[0].strip()]))
+
+
+def _resolve(lookup, name: str):
+    error = None
+    for candidate in _candidates(name):
+        try:
+            return lookup(candidate)
+        except UnknownNameError as exc:
+            error = error or exc
+    raise error
+
+
+def _int(row: dict, key: str, default: int | None = None) -> int:
+    text = (row.get(key) or "").strip()
+    if not text:
+        if default is None:
+            raise ConfigurationError(f"column {key!r} is empty")
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigurationError(f"column {key!r} is not a number: {text!r}") from None
+    if not value.is_integer():
+        raise ConfigurationError(f"column {key!r} must be a whole number, got {text!r}")
+    return int(value)
+
+
+def configuration_from_row(row: dict, db: Database) -> Configuration:
+    """Resolve one CSV row; raises a RooflineError that says what is wrong."""
+    metric = row.get("metric", "").strip()
+    if metric not in METRICS:
+        raise ConfigurationError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
+    return Configuration(
+        model=_resolve(lambda n: resolve_model(n, db), row["model"]),
+        hardware=_resolve(db.hardware.get, row["hardware"]),
+        weight_format=_resolve(weight_format, row["weight_format"]),
+        kv_format=_resolve(kv_format, row.get("kv_format") or "f16"),
+        n_gpus=_int(row, "n_gpus", 1), batch=_int(row, "batch", 1),
+        # a generation benchmark from an empty context (llama-bench tgN) starts from one BOS token
+        prompt_tokens=max(_int(row, "input_len", 0), 1), output_tokens=max(_int(row, "output_len", 1), 1))
+
+
+def _status(exc: RooflineError) -> str:
+    text = str(exc)
+    for kind in ("model", "gpu", "weight format", "KV-cache format"):
+        if text.startswith(f"unknown {kind}"):
+            return "unknown_" + kind.split()[0].lower().replace("-cache", "").replace("gpu", "hardware")
+    return "invalid"
+
+
+def predict_rows(rows: list[dict], db: Database | None = None) -> list[dict]:
+    """Predicted (and, where given, measured and relative error) for each input row."""
+    db = db or load_database()
+    out, configs, positions = [], [], []
+    for row in rows:
+        result = {"id": row.get("id", ""), "metric": row.get("metric", ""), "measured": row.get("value", ""),
+                  "unit": row.get("unit", ""), "predicted": "", "rel_error": "", "status": "ok", "reason": ""}
+        try:
+            configs.append(configuration_from_row(row, db))
+            positions.append(len(out))
+        except (RooflineError, KeyError) as exc:
+            result["status"] = _status(exc) if isinstance(exc, RooflineError) else "invalid"
+            result["reason"] = str(exc) if isinstance(exc, RooflineError) else f"missing column {exc}"
+        out.append(result)
+    if configs:
+        results = evaluate_configurations(configs)
+        for i, pos in enumerate(positions):
+            _fill(out[pos], {k: v[i] for k, v in results.items()}, configs[i])
+    return out
+
+
+def _fill(result: dict, r: dict, config: Configuration) -> None:
+    column, factor = METRICS[result["metric"]]
+    predicted = float(r[column]) * factor
+    result["predicted"] = f"{predicted:.6g}"
+    if not r["fits"]:
+        result["status"] = "does_not_fit"
+        result["reason"] = (f"needs {r['memory_required_bytes'] / 1e9:.1f} GB per device, has "
+                            f"{r['memory_available_bytes'] / 1e9:.1f} GB; prediction assumes it fits")
+    measured = result["measured"].strip() if isinstance(result["measured"], str) else result["measured"]
+    if measured not in ("", None):
+        value = float(measured)
+        if value > 0 and math.isfinite(value):
+            result["rel_error"] = f"{predicted / value - 1:+.4f}"
+
+
+def predict_file(in_path: str, out_path: str, db: Database | None = None, force: bool = False) -> str:
+    """Read ``in_path``, write ``out_path`` (never over an existing file unless ``force``), return a summary."""
+    src, dst = Path(in_path), Path(out_path)
+    if dst.exists() and not force:
+        raise ConfigurationError(f"{dst} exists; pass --force to overwrite it, or choose another --out")
+    try:
+        with src.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ConfigurationError(f"{src}: missing columns {missing}; required: {', '.join(REQUIRED)}")
+            rows = list(reader)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {src}: {exc.strerror}") from None
+    results = predict_rows(rows, db)
+    with dst.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=OUTPUT_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(results)
+    return summarize(results, dst)
+
+
+def summarize(results: list[dict], dst: Path) -> str:
+    errors = sorted(abs(float(r["rel_error"])) for r in results if r["rel_error"] != "")
+    by_status: dict[str, int] = {}
+    for r in results:
+        by_status[r["status"]] = by_status.get(r["status"], 0) + 1
+    lines = [f"wrote {len(results)} rows to {dst}: " + ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))]
+    if errors:
+        median = errors[len(errors) // 2]
+        p90 = errors[min(len(errors) - 1, int(0.9 * len(errors)))]
+        lines.append(f"{len(errors)} rows with a measured value: median |error| {median:.1%}, "
+                     f"90th percentile {p90:.1%} (default efficiencies, generic engine)")
+    return "\n".join(lines)

@@ -1,0 +1,153 @@
+"""Plain-text reports: formatters return strings, the CLI prints them.
+
+Metric definitions are printed with the numbers, since mismatched definitions
+(TTFT with or without queueing, TPOT with or without the first token) are the
+most common source of "wrong number" reports (FORMULAS.md §11, §12.9).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from estimator.api import Estimate
+from estimator.efficiency import GENERIC_ENGINE
+from estimator.units import GB, KB, MB, TB, TFLOPS
+
+DEFINITIONS = (
+    "TTFT: time to first token = prefill of the whole batch's prompts; excludes queueing, tokenization and network.",
+    "ITL (inter-token latency) = TPOT exclusive of the first token = (E2E - TTFT) / (output - 1), "
+    "averaged over the generation as the KV cache grows from prompt to prompt + output.",
+    "TPOT inclusive = E2E / output tokens (the GuideLLM convention).",
+    "Decode tokens/s per sequence = 1 / ITL; whole batch = batch / ITL. E2E = TTFT + (output - 1) x ITL.",
+    "Memory is per device; GB = 10^9 bytes, GiB = 2^30 bytes.",
+)
+
+
+def seconds(value: float) -> str:
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.2f} ms"
+    return f"{value * 1e6:.1f} us"
+
+
+def rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def gigabytes(value: float) -> str:
+    """Decimal bytes with a prefix that keeps small terms readable."""
+    if value >= 0.1 * GB or value == 0:
+        return f"{value / GB:.2f} GB"
+    if value >= 0.1 * MB:
+        return f"{value / MB:.1f} MB"
+    return f"{value / KB:.1f} kB"
+
+
+def table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None, indent: int = 2,
+          align_numbers: bool = True) -> str:
+    """Text columns, left-aligned; numbers right-aligned unless ``align_numbers`` is False."""
+    all_rows = ([list(header)] if header else []) + [list(map(str, r)) for r in rows]
+    widths = [max(len(r[i]) for r in all_rows) for i in range(len(all_rows[0]))]
+
+    def fmt(row):
+        cells = [c.rjust(w) if align_numbers and _numeric(c) else c.ljust(w) for c, w in zip(row, widths)]
+        return " " * indent + "  ".join(cells).rstrip()
+
+    lines = [fmt(r) for r in all_rows]
+    if header:
+        lines.insert(1, " " * indent + "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _numeric(cell: str) -> bool:
+    return bool(cell) and (cell[0].isdigit() or cell[0] in "-+.") and any(ch.isdigit() for ch in cell)
+
+
+def _bound_line(e: Estimate, phase: str) -> str:
+    r = e.results
+    bound = r[f"{phase}_bound"]
+    intensity = r[f"{phase}_intensity_flops_per_byte"]
+    ridge = r["ridge_flops_per_byte"]
+    if bound == "overhead":
+        why = (f"fixed per-step and per-layer costs ({seconds(r[f'{phase}_overhead_s'])}) exceed the roofline "
+               f"time ({seconds(r[f'{phase}_linear_s'] + r[f'{phase}_attention_s'])})")
+    else:
+        side = ">" if intensity > ridge else "<"
+        why = f"intensity {intensity:,.1f} FLOP/byte {side} ridge point {ridge:,.0f} FLOP/byte"
+    line = f"{phase}: {bound}-bound, {why}"
+    if phase == "decode" and bound != "compute":
+        line += f"; its matmuls turn compute-bound near batch {r['critical_batch']:,.0f}"
+    return line
+
+
+def format_estimate(e: Estimate) -> str:
+    """The readable report for one estimate."""
+    r, hw = e.results, e.hardware
+    bw, peak = hw.memory_bandwidth_bytes_per_s, hw.peak_flops_per_s(e.compute_dtype)
+    head = [
+        f"{e.model.name} on {e.n_gpus} x {hw.name}: weights {e.weight_format.name} (math in {e.compute_dtype}), "
+        f"KV cache {e.kv_format.name}",
+        f"workload: batch {e.batch}, prompt {e.prompt_tokens} tokens, output {e.output_tokens} tokens, "
+        f"{'fused (FlashAttention-style)' if e.fused_attention else 'unfused'} attention",
+        f"device: {bw / TB:.2f} TB/s, {peak / TFLOPS:,.0f} TFLOPS dense {e.compute_dtype}, "
+        f"{hw.memory_capacity_bytes / 2**30:.0f} GiB {hw.memory.type.value}",
+    ]
+    memory = [
+        ("weights", gigabytes(r["memory_weights_bytes"])),
+        (f"KV cache ({e.batch} x {e.prompt_tokens + e.output_tokens} tokens)", gigabytes(r["memory_kv_cache_bytes"])),
+        ("activation workspace", gigabytes(r["memory_activation_bytes"])),
+        ("runtime reserve", gigabytes(r["memory_reserve_bytes"])),
+        ("required", gigabytes(r["memory_required_bytes"])),
+        ("available", gigabytes(r["memory_available_bytes"])),
+    ]
+    verdict = (f"fits; largest batch at this context: {r['max_batch']:,.0f}" if r["fits"] else
+               f"DOES NOT FIT: needs {gigabytes(r['memory_required_bytes'])} per device, has "
+               f"{gigabytes(r['memory_available_bytes'])}; largest batch that fits: {r['max_batch']:,.0f}. "
+               "Try more devices (--gpus), a smaller weight format, or a shorter context.")
+    parts = ["\n".join(head), "", "Memory per device", table(memory), "  -> " + verdict]
+    if r["fits"]:
+        parts += ["", "Latency and throughput", table(_speed_rows(r)), "", "Bound",
+                  "  " + _bound_line(e, "prefill"), "  " + _bound_line(e, "decode"),
+                  "", "Where the time goes", table(_time_rows(r), header=("", "prefill", "decode step")),
+                  "", f"Bytes per decode step at the mean context ({r['mean_decode_context']:,.0f} tokens)",
+                  table(_ledger_rows(r, "decode_bytes", gigabytes))]
+    parts += ["", "Efficiencies: datasheet peaks x default device and engine efficiencies (no calibration "
+              f"profile); per-step {seconds(GENERIC_ENGINE.per_step_s)}, per-layer "
+              f"{seconds(GENERIC_ENGINE.per_layer_s)} overheads.",
+              "", "Definitions"] + [f"  {d}" for d in DEFINITIONS]
+    parts += [f"warning: {w}" for w in e.warnings]
+    return "\n".join(parts)
+
+
+def _speed_rows(r: dict) -> list[tuple[str, str]]:
+    return [
+        ("TTFT (prefill, no queueing)", seconds(r["ttft_s"])),
+        ("prefill tokens/s", rate(r["prefill_tps"])),
+        ("ITL (mean over the generation)", seconds(r["itl_s"])),
+        ("decode tokens/s per sequence", rate(r["decode_tps_per_seq"])),
+        ("decode tokens/s, whole batch", rate(r["decode_tps_total"])),
+        ("end-to-end latency", seconds(r["e2e_latency_s"])),
+        ("TPOT inclusive of first token", seconds(r["tpot_inclusive_s"])),
+    ]
+
+
+def _time_rows(r: dict) -> list[tuple[str, str, str]]:
+    return [(label, seconds(r[f"prefill_{key}"]), seconds(r[f"decode_{key}"]))
+            for label, key in (("linear layers", "linear_s"), ("attention", "attention_s"),
+                               ("fixed overheads", "overhead_s"))]
+
+
+def _ledger_rows(r: dict, prefix: str, fmt) -> list[tuple[str, str]]:
+    terms = [k for k in r if k.startswith(prefix + "_") and not k.endswith("_total")]
+    rows = [(k[len(prefix) + 1:].replace("_", " "), fmt(r[k])) for k in terms]
+    return rows + [("total", fmt(r[f"{prefix}_total"]))]
+
+
+def format_quantity(q) -> str:
+    return f"{q.value:g} {q.unit}"
+
+
+def format_spec(fields: Iterable[tuple[str, str, str]]) -> str:
+    """Rows of (field, value, source) for `roofline show`."""
+    return table([(k, v, s) for k, v, s in fields], header=("field", "value", "source / note"), align_numbers=False)

@@ -1,0 +1,122 @@
+"""Bytes moved through main memory per phase, as a ledger of named terms.
+
+Bytes are what kernels actually read or write (FORMULAS.md §1, §4, §5):
+
+- weights are streamed once per forward pass; the input embedding is a row
+  lookup (``tokens · d`` elements), not streamed; the output head is streamed
+  even when tied to the embedding;
+- an MoE layer streams only the experts the step's tokens route to: the
+  expected number of distinct experts, under uniform independent routing, is
+  ``E · (1 − (1 − k/E)^tokens)`` (BLIS roofline; an upper bound, since real
+  routing is skewed);
+- the KV cache is read for every attended token and written for each new one;
+- with fused (FlashAttention-style) attention the score matrix never reaches
+  memory; K/V are re-read once per query tile (Dao et al. 2022, Thm 2). Without
+  it, the T×T scores are written and read twice per layer and head.
+
+Activations are 16-bit. Ledgers are totals over the replica; with tensor
+parallelism each device moves 1/N of them (the caller divides), except that KV
+heads replicate once N exceeds the KV-head count and an MLA latent is stored
+on every rank (FORMULAS.md §2), which ``kv_replication`` accounts for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from estimator.span import causal_pairs
+
+ACTIVATION_BYTES = 2          # bf16/fp16 activations
+LOGIT_BYTES = 4               # fp32 logits for sampling
+FLASH_QUERY_TILE = 128        # rows per query tile, FlashAttention-2 forward for head_dim <= 128
+UNFUSED_SCORE_PASSES = 4      # write QKᵀ, read it for softmax, write P, read P for P·V
+
+
+def expected_experts(E, k, tokens):
+    """Expected distinct experts per MoE layer hit by ``tokens`` tokens (uniform routing).
+
+    Examples
+    --------
+    Mixtral (8 experts, top-2) at batch 4 touches about 5.5 experts per layer on average:
+
+    >>> round(float(expected_experts(8, 2, 4)), 2)
+    5.47
+    """
+    E, k, tokens = (np.asarray(a, dtype=float) for a in (E, k, tokens))
+    safe_E = np.where(E > 0, E, 1.0)
+    return np.where(E > 0, E * (1 - (1 - k / safe_E) ** tokens), 0.0)
+
+
+def weight_bytes_streamed(m, f, tokens):
+    """Weights read by one forward pass over ``tokens`` tokens (all sequences of the step)."""
+    experts = expected_experts(m["experts"], m["experts_per_token"], tokens)
+    linear = m["params_dense_linear"] + m["params_routed_one"] * m["moe_layers"] * experts
+    head_bits = np.where(m["head_tied"] > 0, f["embedding_bits"], f["head_bits"])
+    return (linear * f["linear_bits"] + m["params_head"] * head_bits) / 8 + m["params_norms"] * ACTIVATION_BYTES
+
+
+def weight_bytes_stored(m, f):
+    """Every stored weight: all experts, embedding and (untied) head — what memory must hold."""
+    linear = m["params_dense_linear"] + m["params_routed_one"] * m["moe_layers"] * m["experts"]
+    head = np.where(m["head_tied"] > 0, 0.0, m["params_head"] * f["head_bits"])
+    return (linear * f["linear_bits"] + head + m["params_embedding"] * f["embedding_bits"]) / 8 \
+        + m["params_norms"] * ACTIVATION_BYTES
+
+
+def kv_bytes_per_token_layer(m, kv_bits):
+    """KV-cache bytes one token adds to one layer: 2·n_kv·d_h (MLA: d_c + d_r) elements."""
+    return m["kv_elems_per_token_layer"] * kv_bits / 8
+
+
+def kv_replication(m, n_gpus):
+    """Copies of the KV cache across N tensor-parallel ranks, relative to one copy.
+
+    GQA: each rank holds max(1, n_kv/N) heads, so copies = N · max(1/N, 1/n_kv).
+    MLA: the latent is replicated on every rank, so copies = N.
+    """
+    n = np.asarray(n_gpus, dtype=float)
+    gqa = n * np.maximum(1.0 / n, 1.0 / m["kv_heads"])
+    return np.where(m["is_mla"] > 0, n, gqa)
+
+
+def activation_bytes(m, f, tokens):
+    """Matmul inputs/outputs, norms, embedding rows looked up, and the logits."""
+    per_token = m["act_elems_per_token_layer"] * m["layers"] * ACTIVATION_BYTES
+    embedding_rows = m["hidden"] * f["embedding_bits"] / 8
+    return tokens * (per_token + embedding_rows)
+
+
+def prefill_bytes(m, f, kv_bits, B, T, n_gpus, fused_attention):
+    """Bytes moved to prefill B prompts of T tokens (totals over the replica)."""
+    tokens = B * T
+    kv_layer = kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, n_gpus)
+    global_layers = m["layers"] - m["local_layers"]
+    pairs = global_layers * causal_pairs(T, 0) + m["local_layers"] * causal_pairs(T, m["window"])
+    # fused: each query tile re-reads the K/V its rows attend to; unfused: K/V once plus the scores
+    kv_rereads = np.maximum(pairs / FLASH_QUERY_TILE, m["layers"] * T)
+    fused = B * kv_layer * kv_rereads
+    unfused = B * (kv_layer * m["layers"] * T
+                   + UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * m["layers"] * T * T)
+    q_and_out = 2 * tokens * m["layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
+    return {
+        "weights": weight_bytes_streamed(m, f, tokens),
+        "kv_write": tokens * m["layers"] * kv_layer,
+        "activations": activation_bytes(m, f, tokens) + B * m["vocab"] * LOGIT_BYTES,
+        "attention": np.where(fused_attention, fused, unfused) + q_and_out,
+    }
+
+
+def decode_bytes(m, f, kv_bits, B, span_global, span_local, n_gpus, fused_attention):
+    """Bytes moved by one decode step of B sequences (totals over the replica)."""
+    kv_layer = kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, n_gpus)
+    global_layers = m["layers"] - m["local_layers"]
+    attended = global_layers * span_global + m["local_layers"] * span_local
+    scores = UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * attended * B
+    q_and_out = 2 * B * m["layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
+    return {
+        "weights": weight_bytes_streamed(m, f, B),
+        "kv_read": B * kv_layer * attended,
+        "kv_write": B * kv_layer * m["layers"],
+        "activations": activation_bytes(m, f, B) + B * m["vocab"] * LOGIT_BYTES,
+        "attention": np.where(fused_attention, 0.0, scores) + q_and_out,
+    }

@@ -1,0 +1,38 @@
+"""Build evaluation inputs with chosen efficiencies, so formulas can be checked by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from estimator.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
+from estimator.efficiency import EngineDefaults
+from estimator.evaluate import evaluate
+from estimator.formats import kv_format, weight_format
+
+IDEAL_ENGINE = EngineDefaults(
+    bandwidth_eff={"native": 1.0, "weight_only": 1.0, "gguf": 1.0, "fp4": 1.0}, kv_bandwidth_eff=1.0,
+    compute_eff=1.0, per_step_s=0.0, per_layer_s=0.0, basis="test: datasheet peaks, no overheads")
+
+
+def run(spec, hw, fmt="f16", kv="f16", B=1, T=512, O=256, n_gpus=1, ideal=True, fused=True, **overrides):
+    """Evaluate one configuration; ``ideal`` sets every efficiency to 1 and overheads to 0."""
+    f = weight_format(fmt)
+    hw_cols = hardware_columns([hw])
+    if ideal:
+        hw_cols["device_bandwidth_eff"] = np.ones(1)
+        hw_cols["device_compute_eff"] = np.ones(1)
+    m_cols, f_cols = model_columns([spec]), format_columns([f], IDEAL_ENGINE if ideal else _generic())
+    for key, value in overrides.items():
+        for cols in (m_cols, hw_cols, f_cols):
+            if key in cols:
+                cols[key] = np.asarray([value], dtype=float)
+    peaks, _ = compute_peak_table([f], [hw])
+    kwargs = {"engine": IDEAL_ENGINE} if ideal else {}
+    out = evaluate(m_cols, hw_cols, f_cols, kv_columns([kv_format(kv)]), peaks[0], B, T, O, n_gpus,
+                   fused_attention=fused, **kwargs)
+    return {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
+
+
+def _generic():
+    from estimator.efficiency import GENERIC_ENGINE
+    return GENERIC_ENGINE

@@ -1,0 +1,155 @@
+"""Each formula against a hand-worked example (FORMULAS.md), and two derivations that agree."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from estimator.columns import model_columns
+from estimator.flops import prefill_flops
+from estimator.span import causal_pairs, mean_span
+from estimator.traffic import expected_experts, kv_bytes_per_token_layer
+from tests.helpers import run
+
+GB = 1e9
+
+
+@pytest.fixture(scope="module")
+def rtx4090(db):
+    return db.hardware.get("RTX 4090")
+
+
+def test_llama_2_7b_f16_moves_about_13_5_gb_per_step(db, rtx4090):
+    r = run(db.models.get("llama-2-7b"), rtx4090, B=1, T=512, O=256)
+    assert r["decode_bytes_weights"] / GB == pytest.approx(13.21, abs=0.01)   # 6.74 B x 2 bytes, no embedding
+    assert r["decode_bytes_total"] / GB == pytest.approx(13.5, rel=0.01)      # + KV of ~640 tokens x 0.5 MiB
+
+
+def test_llama_2_70b_f16_moves_about_140_gb_per_step(db, rtx4090):
+    r = run(db.models.get("llama-2-70b"), rtx4090, B=1, T=512, O=256)
+    assert r["decode_bytes_total"] / GB == pytest.approx(138, rel=0.01)
+
+
+def test_memory_bound_decode_is_bytes_over_bandwidth(db, rtx4090):
+    # ideal efficiencies, no overheads: ITL = bytes / 1008 GB/s, about 13.4 ms -> ~74 tokens/s
+    r = run(db.models.get("llama-2-7b"), rtx4090, B=1, T=512, O=256)
+    assert r["decode_bound"] == 0  # memory
+    assert r["itl_s"] == pytest.approx(r["decode_bytes_total"] / 1008e9, rel=1e-3)
+    assert r["decode_tps_per_seq"] == pytest.approx(74.4, rel=0.01)
+
+
+@pytest.mark.parametrize("model, expected_bytes", [
+    ("llama-3-70b", 327_680),        # 2 x 80 x 8 x 128 x 2 (FORMULAS.md §2)
+    ("llama-3-8b", 131_072),         # 128 KiB
+    ("deepseek-ai/DeepSeek-V3", 70_272),   # MLA: 61 x (512 + 64) x 2, no factor 2
+])
+def test_kv_bytes_per_token(db, model, expected_bytes):
+    m = model_columns([db.models.get(model)])
+    per_token = kv_bytes_per_token_layer(m, 16) * m["layers"]
+    assert float(per_token[0]) == expected_bytes
+
+
+@pytest.mark.parametrize("E, k, row", [
+    (8, 2, [2.0, 3.5, 5.5, 7.2, 7.9, 8.0]),
+    (128, 8, [8, 15.5, 29.1, 51.6, 82.4, 111.8]),
+    (256, 8, [8, 15.8, 30.5, 57.4, 102.0, 163.3]),
+])
+def test_expected_experts_table(E, k, row):
+    tokens = np.array([1, 2, 4, 8, 16, 32])
+    assert expected_experts(E, k, tokens) == pytest.approx(row, abs=0.06)
+
+
+def test_moe_memory_holds_all_experts_but_streams_few(db, rtx4090):
+    spec = db.models.get("mixtral-8x7b")
+    one = run(spec, rtx4090, B=1)
+    many = run(spec, rtx4090, B=64)
+    assert one["memory_weights_bytes"] / GB == pytest.approx(46.7 * 2, rel=0.01)  # all 8 experts
+    assert one["decode_bytes_weights"] / GB == pytest.approx(12.9 * 2 - 0.26, rel=0.02)  # 2 experts, no embedding
+    assert many["decode_bytes_weights"] / GB == pytest.approx(46.7 * 2 - 0.26, rel=0.01)  # all experts touched
+
+
+def test_causal_pairs_and_window():
+    assert causal_pairs(4096, 0) == 4096 * 4097 / 2
+    assert causal_pairs(10_000, 4096) == 4096 * 4097 / 2 + (10_000 - 4096) * 4096
+    assert mean_span(0, 8192, 4096) == pytest.approx((4096 / 2 * 4096 + 4096 * 4096) / 8192)
+
+
+def test_sliding_window_caps_decode_kv_read(db, rtx4090):
+    spec = db.models.get("mistral-7b-v0.1")  # window 4096 on every layer
+    short = run(spec, rtx4090, T=8192, O=2)
+    long = run(spec, rtx4090, T=30000, O=2)
+    assert short["decode_bytes_kv_read"] == pytest.approx(long["decode_bytes_kv_read"])
+
+
+def test_prefill_flops_agree_with_a_per_layer_count(db):
+    """Independent derivation: count each matmul of each layer by hand for Llama-3-8B."""
+    spec = db.models.get("llama-3-8b")
+    s, T = spec.shape, 2048
+    d, h, kv, dh, ff = s.hidden_size, s.num_attention_heads, s.num_kv_heads, s.head_dim, s.intermediate_size
+    per_layer = 0
+    per_layer += 2 * T * d * (h * dh)            # Q
+    per_layer += 2 * 2 * T * d * (kv * dh)       # K, V
+    per_layer += 2 * T * (h * dh) * d            # O
+    per_layer += 3 * 2 * T * d * ff              # gate, up, down
+    per_layer += sum(2 * 2 * h * dh * (i + 1) for i in range(T))   # QK^T and AV over causal keys
+    by_hand = s.num_layers * per_layer + 2 * d * s.vocab_size     # head on the last position
+    ledger = prefill_flops(model_columns([spec]), 1, T)
+    assert float(sum(ledger.values())[0]) == pytest.approx(by_hand, rel=1e-4)  # router/norm weights excluded
+
+
+def test_ttft_grows_faster_than_linearly_at_long_prompts(db):
+    spec, hw = db.models.get("llama-3.1-8b"), db.hardware.get("h100")
+    t = [run(spec, hw, T=T, O=2)["ttft_s"] for T in (8192, 16384, 32768)]
+    assert t[1] / t[0] > 2.05 and t[2] / t[1] > t[1] / t[0]
+    attention_share = run(spec, hw, T=32768, O=2)
+    assert attention_share["prefill_attention_s"] > 0.3 * attention_share["prefill_linear_s"]
+
+
+def test_prefill_is_compute_bound_at_long_prompts(db):
+    r = run(db.models.get("llama-3.1-8b"), db.hardware.get("h100"), T=4096, O=2)
+    assert r["prefill_bound"] == 1
+    assert r["prefill_intensity_flops_per_byte"] > r["ridge_flops_per_byte"]
+
+
+def test_unfused_attention_moves_the_score_matrix(db):
+    spec, hw = db.models.get("llama-2-7b"), db.hardware.get("a100")
+    fused = run(spec, hw, T=4096, O=2)
+    unfused = run(spec, hw, T=4096, O=2, fused=False)
+    T, L, heads, head_dim = 4096, 32, 32, 128
+    scores = 4 * 2 * heads * L * T * T           # passes x bytes x heads x layers x T^2
+    kv_once = L * T * 2 * heads * head_dim * 2   # K and V read once
+    q_and_out = 2 * L * T * heads * head_dim * 2
+    assert unfused["prefill_bytes_attention"] == pytest.approx(scores + kv_once + q_and_out, rel=1e-6)
+    # fused: K/V re-read once per 128-row query tile, about T/256 times on average under the causal mask
+    assert fused["prefill_bytes_attention"] == pytest.approx(kv_once * (T + 1) / 256 + q_and_out, rel=1e-6)
+    assert unfused["ttft_s"] > fused["ttft_s"]
+
+
+def test_tensor_parallel_splits_weights_and_replicates_mla_latent(db):
+    hw = db.hardware.get("h200")
+    dense = db.models.get("llama-3.1-70b")
+    assert run(dense, hw, n_gpus=2)["memory_weights_bytes"] == pytest.approx(
+        run(dense, hw, n_gpus=1)["memory_weights_bytes"] / 2)
+    ds = db.models.get("deepseek-ai/DeepSeek-V3")
+    kv1, kv8 = run(ds, hw, n_gpus=1)["memory_kv_cache_bytes"], run(ds, hw, n_gpus=8)["memory_kv_cache_bytes"]
+    assert kv8 == pytest.approx(kv1)  # the latent is on every rank: per-device KV does not shrink
+
+
+def test_fp8_on_a100_runs_16_bit_math(db):
+    from estimator.api import estimate
+    assert estimate("llama-3.1-8b", "a100", weight_format="fp8").compute_dtype == "bf16"
+    assert estimate("llama-3.1-8b", "h100", weight_format="fp8").compute_dtype == "fp8"
+
+
+def test_quantized_weights_reduce_bytes_by_their_bits(db, rtx4090):
+    spec = db.models.get("llama-2-7b")
+    f16 = run(spec, rtx4090, fmt="f16")["decode_bytes_weights"]
+    q4 = run(spec, rtx4090, fmt="int4-awq")["decode_bytes_weights"]
+    head = 32000 * 4096 * 2  # AWQ keeps the head in fp16
+    assert (q4 - head) / (f16 - head) == pytest.approx(4.15625 / 16, rel=1e-3)
+
+
+def test_llama_cpp_q4_0_file_size(db):
+    """llama.cpp reported Llama-3-8B Q4_0 as 4.33 GiB (FORMULAS.md §1, llama.cpp #9881)."""
+    r = run(db.models.get("llama-3-8b"), db.hardware.get("RTX 4090"), fmt="Q4_0")
+    assert r["memory_weights_bytes"] / 2**30 == pytest.approx(4.33, rel=0.03)
