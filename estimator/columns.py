@@ -94,6 +94,7 @@ def hardware_columns(devices: Sequence[Hardware]) -> Columns:
         "bandwidth_bytes_per_s": np.array([hw.memory_bandwidth_bytes_per_s for hw in devices]),
         "capacity_bytes": np.array([hw.memory_capacity_bytes for hw in devices]),
         "attention_flops_per_s": np.array([_first_peak(hw, ATTENTION_DTYPES)[1] for hw in devices]),
+        "link_bytes_per_s": np.array([_link_bandwidth(hw) for hw in devices]),
         "device_bandwidth_eff": np.array([d.bandwidth_eff for d in defaults]),
         "device_compute_eff": np.array([d.compute_eff for d in defaults]),
         "usable_memory_fraction": np.array([d.usable_memory_fraction for d in defaults]),
@@ -112,6 +113,16 @@ def format_columns(formats: Sequence[WeightFormat], engine: EngineDefaults = GEN
 
 def kv_columns(kv_formats: Sequence[KVFormat]) -> Columns:
     return {"kv_bits": np.array([f.bits for f in kv_formats])}
+
+
+# Devices that publish no host or scale-up link are assumed to talk over PCIe 4.0 x16 (32 GB/s each way).
+FALLBACK_LINK_BYTES_PER_S = 32e9
+
+
+def _link_bandwidth(hw: Hardware) -> float:
+    """Per-direction bandwidth tensor-parallel ranks exchange activations over: NVLink/IF, else the host link."""
+    link = hw.scale_up_link or hw.host_link
+    return FALLBACK_LINK_BYTES_PER_S if link is None else link.bandwidth.base
 
 
 def _first_peak(hw: Hardware, dtypes: Sequence[str]) -> tuple[str, float]:

@@ -38,6 +38,7 @@ class EngineDefaults(Frozen):
     compute_eff: float = Field(gt=0, le=1)
     per_step_s: float = Field(ge=0, description="scheduler, sampling, launch of a forward pass")
     per_layer_s: float = Field(ge=0, description="kernel launches and synchronisation per layer")
+    allreduce_latency_s: float = Field(ge=0, description="fixed cost of one small tensor-parallel all-reduce")
     basis: str
 
 
@@ -66,12 +67,14 @@ GENERIC_ENGINE = EngineDefaults(
     compute_eff=0.70,
     per_step_s=100e-6,
     per_layer_s=10e-6,
+    allreduce_latency_s=20e-6,
     basis="native 16/8-bit GEMV kernels: gpt-fast bf16 decode at 68.5% of A100 peak = 0.82 of its measured "
           "practical peak; weight-only int8/int4 dequant kernels 52%/42% of peak (0.76/0.61 of bf16), "
           "FORMULAS.md §9; BLIS trained-physics on vLLM: KV-read term 1.9x (~53%) vs weights 1.4x (~71%); "
           "prefill MFU 0.45 (H100) to 0.32 (L40S) in BLIS, ~0.6 overall here (0.85 device x 0.70 engine); "
           "per-step 100 us and per-layer 10 us are the order of BLIS's fitted 126 us/step and 32 us/layer "
-          "with CUDA graphs reducing launch costs")
+          "with CUDA graphs reducing launch costs; one decode-sized all-reduce costs ~20 us (LLMCompass measured "
+          "26 us on 4xA100 NVLink, AIConfigurator assumes 10 us p2p latency on H100/H200)")
 
 _HBM_TYPES = {MemoryType.HBM2, MemoryType.HBM2e, MemoryType.HBM3, MemoryType.HBM3e}
 _GDDR_TYPES = {MemoryType.GDDR6, MemoryType.GDDR6X, MemoryType.GDDR7}

@@ -14,7 +14,7 @@ from estimator import flops as fl
 from estimator import traffic as tr
 from estimator.efficiency import GENERIC_ENGINE, EngineDefaults
 from estimator.memory import memory_fit
-from estimator.roofline import pass_time
+from estimator.roofline import allreduce_time, pass_time
 from estimator.span import decode_context_range, mean_span
 
 
@@ -28,6 +28,12 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
         "weight_bytes_per_s": bandwidth * f["engine_bandwidth_eff"],
         "kv_bytes_per_s": bandwidth * engine.kv_bandwidth_eff,
     }
+
+
+def tensor_parallel_time(m, hw, tokens, n_gpus, engine: EngineDefaults):
+    """Two all-reduces per layer (after attention and after the MLP) of tokens × d activations (Megatron)."""
+    message_bytes = tokens * m["hidden"] * tr.ACTIVATION_BYTES
+    return 2 * m["layers"] * allreduce_time(message_bytes, n_gpus, hw["link_bytes_per_s"], engine.allreduce_latency_s)
 
 
 def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, n_gpus, fused_attention=True,
@@ -50,14 +56,16 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, n_gpus, fused_atten
 
     prefill_flops = fl.prefill_flops(m, B, T)
     prefill_bytes = tr.prefill_bytes(m, f, kv_bits, B, T, n_gpus, fused_attention)
-    prefill = pass_time(prefill_flops, prefill_bytes, rates, n_gpus, m["layers"], overheads)
+    prefill = pass_time(prefill_flops, prefill_bytes, rates, n_gpus, m["layers"], overheads,
+                        tensor_parallel_time(m, hw, B * T, n_gpus, engine))
     ttft_s = np.where(T > 0, prefill["time_s"], 0.0)
 
     lo, hi, steps = decode_context_range(T, O)
     span_global, span_local = mean_span(lo, hi, 0), mean_span(lo, hi, m["window"])
     decode_flops = fl.decode_flops(m, B, span_global, span_local)
     decode_bytes = tr.decode_bytes(m, f, kv_bits, B, span_global, span_local, n_gpus, fused_attention)
-    decode = pass_time(decode_flops, decode_bytes, rates, n_gpus, m["layers"], overheads)
+    decode = pass_time(decode_flops, decode_bytes, rates, n_gpus, m["layers"], overheads,
+                       tensor_parallel_time(m, hw, B, n_gpus, engine))
     itl_s = decode["time_s"]
     e2e_s = ttft_s + steps * itl_s
 
@@ -83,7 +91,7 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, n_gpus, fused_atten
         "mean_decode_context": span_global,
     }
     for phase, times in (("prefill", prefill), ("decode", decode)):
-        for key in ("linear_s", "attention_s", "overhead_s", "compute_s", "memory_s"):
+        for key in ("linear_s", "attention_s", "communication_s", "overhead_s", "compute_s", "memory_s"):
             out[f"{phase}_{key}"] = times[key]
     for name, ledger in (("prefill_flops", prefill_flops), ("prefill_bytes", prefill_bytes),
                          ("decode_flops", decode_flops), ("decode_bytes", decode_bytes)):

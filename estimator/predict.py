@@ -5,11 +5,16 @@ kv_format, batch, input_len, output_len, metric`` and optionally ``value,
 unit``; other columns are ignored. A row whose names do not resolve gets a
 status and a reason, and the other rows still run. Names with a parenthetical
 remark (``FP8 (ModelOpt)``) are tried with and without it.
+
+A row without a batch (an offline max-throughput benchmark that queues every
+request at once) is evaluated at the largest batch whose KV cache fits at that
+context, and its reason says so.
 """
 
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 import math
 import re
 from pathlib import Path
@@ -74,7 +79,7 @@ def configuration_from_row(row: dict, db: Database) -> Configuration:
         hardware=_resolve(db.hardware.get, row["hardware"]),
         weight_format=_resolve(weight_format, row["weight_format"]),
         kv_format=_resolve(kv_format, row.get("kv_format") or "f16"),
-        n_gpus=_int(row, "n_gpus", 1), batch=_int(row, "batch", 1),
+        n_gpus=_int(row, "n_gpus", 1), batch=_int(row, "batch", 1),  # empty: saturated later
         # a generation benchmark from an empty context (llama-bench tgN) starts from one BOS token
         prompt_tokens=max(_int(row, "input_len", 0), 1), output_tokens=max(_int(row, "output_len", 1), 1))
 
@@ -103,8 +108,16 @@ def predict_rows(rows: list[dict], db: Database | None = None) -> list[dict]:
         out.append(result)
     if configs:
         results = evaluate_configurations(configs)
+        saturate = [i for i, pos in enumerate(positions) if not (rows[pos].get("batch") or "").strip()]
+        if saturate:
+            for i in saturate:
+                configs[i] = replace(configs[i], batch=int(max(results["max_batch"][i], 1)))
+            results = evaluate_configurations(configs)
         for i, pos in enumerate(positions):
             _fill(out[pos], {k: v[i] for k, v in results.items()}, configs[i])
+            if i in saturate:
+                out[pos]["reason"] = (out[pos]["reason"] + "; " if out[pos]["reason"] else "") + \
+                    f"batch not given: evaluated at the largest batch that fits, {configs[i].batch}"
     return out
 
 

@@ -135,7 +135,7 @@ def _speed_rows(r: dict) -> list[tuple[str, str]]:
 def _time_rows(r: dict) -> list[tuple[str, str, str]]:
     return [(label, seconds(r[f"prefill_{key}"]), seconds(r[f"decode_{key}"]))
             for label, key in (("linear layers", "linear_s"), ("attention", "attention_s"),
-                               ("fixed overheads", "overhead_s"))]
+                               ("tensor-parallel all-reduce", "communication_s"), ("fixed overheads", "overhead_s"))]
 
 
 def _ledger_rows(r: dict, prefix: str, fmt) -> list[tuple[str, str]]:

@@ -18,11 +18,20 @@ from __future__ import annotations
 
 import numpy as np
 
-BOUND_NAMES = ("memory", "compute", "overhead")
+BOUND_NAMES = ("memory", "compute", "overhead")  # overhead: fixed costs and communication dominate
 MEMORY, COMPUTE, OVERHEAD = range(3)
 
 
-def pass_time(flops, bytes_, rates, n_gpus, layers, overheads):
+def allreduce_time(message_bytes, n_gpus, link_bytes_per_s, latency_s):
+    """Ring all-reduce of ``message_bytes`` over N ranks: 2(N−1)/N · M / link bandwidth + a fixed latency.
+
+    Zero for one device (FORMULAS.md §8; NCCL's bus bandwidth convention).
+    """
+    n = np.asarray(n_gpus, dtype=float)
+    return np.where(n > 1, latency_s + 2 * (n - 1) / n * message_bytes / link_bytes_per_s, 0.0)
+
+
+def pass_time(flops, bytes_, rates, n_gpus, layers, overheads, communication_s=0.0):
     """Time of one forward pass, and its parts.
 
     Parameters
@@ -36,10 +45,12 @@ def pass_time(flops, bytes_, rates, n_gpus, layers, overheads):
         Tensor-parallel devices sharing the work evenly.
     overheads : dict
         ``per_step_s`` and ``per_layer_s``.
+    communication_s : array
+        Tensor-parallel all-reduce time of the pass, not overlapped with compute.
 
     Notes
     -----
-    t = max(F_lin / R_c, B_lin / R_w) + max(F_att / R_att, B_att / R_kv) + t_step + L · t_layer,
+    t = max(F_lin / R_c, B_lin / R_w) + max(F_att / R_att, B_att / R_kv) + t_comm + t_step + L · t_layer,
     with every ledger term divided by the N devices that share it.
     """
     n = np.asarray(n_gpus, dtype=float)
@@ -53,9 +64,11 @@ def pass_time(flops, bytes_, rates, n_gpus, layers, overheads):
     attention_s = np.maximum(attention_compute_s, attention_memory_s)
     compute_s = linear_compute_s + attention_compute_s
     memory_s = linear_memory_s + attention_memory_s
-    bound = np.where(overhead_s > linear_s + attention_s, OVERHEAD, np.where(compute_s > memory_s, COMPUTE, MEMORY))
+    fixed_s = overhead_s + communication_s
+    bound = np.where(fixed_s > linear_s + attention_s, OVERHEAD, np.where(compute_s > memory_s, COMPUTE, MEMORY))
     return {
-        "time_s": linear_s + attention_s + overhead_s,
+        "time_s": linear_s + attention_s + fixed_s,
+        "communication_s": communication_s + 0 * linear_s,
         "linear_s": linear_s,
         "attention_s": attention_s,
         "overhead_s": overhead_s + 0 * linear_s,

@@ -11,7 +11,7 @@ from estimator.formats import kv_format, weight_format
 
 IDEAL_ENGINE = EngineDefaults(
     bandwidth_eff={"native": 1.0, "weight_only": 1.0, "gguf": 1.0, "fp4": 1.0}, kv_bandwidth_eff=1.0,
-    compute_eff=1.0, per_step_s=0.0, per_layer_s=0.0, basis="test: datasheet peaks, no overheads")
+    compute_eff=1.0, per_step_s=0.0, per_layer_s=0.0, allreduce_latency_s=0.0, basis="test: datasheet peaks, no overheads")
 
 
 def run(spec, hw, fmt="f16", kv="f16", B=1, T=512, O=256, n_gpus=1, ideal=True, fused=True, **overrides):

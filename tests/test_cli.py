@@ -1,0 +1,165 @@
+"""The `roofline` command line, in-process (main(argv)) and once as an installed console script."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from estimator.cli import main
+
+REQUIRED_JSON_KEYS = {"ttft_s", "decode_tps_per_seq", "decode_tps_total", "itl_s", "e2e_latency_s",
+                      "prefill_bound", "decode_bound", "memory_required_bytes", "memory_available_bytes",
+                      "fits", "max_batch"}
+
+
+def cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_estimate_prints_the_report(capsys):
+    code, out, _ = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "RTX 4090", "--format", "Q4_K_M")
+    assert code == 0
+    for text in ("TTFT", "decode tokens/s per sequence", "memory-bound", "ridge point", "fits", "Definitions",
+                 "kv read"):
+        assert text in out
+
+
+def test_estimate_json_has_the_documented_keys(capsys):
+    code, out, _ = cli(capsys, "estimate", "--model", "mixtral-8x7b", "--gpu", "H100", "--gpus", "2",
+                       "--batch", "8", "--json")
+    data = json.loads(out)
+    assert code == 0 and REQUIRED_JSON_KEYS <= data.keys()
+    assert data["fits"] is True and data["decode_bound"] in ("memory", "compute", "overhead")
+    assert data["decode_tps_total"] == pytest.approx(8 * data["decode_tps_per_seq"])
+
+
+def test_model_that_does_not_fit_says_need_and_have(capsys):
+    code, out, _ = cli(capsys, "estimate", "--model", "llama-3.1-70b", "--gpu", "rtx 4090", "--format", "bf16")
+    assert code == 0
+    assert "DOES NOT FIT: needs" in out and "has 25.77 GB" in out
+    assert "decode tokens/s per sequence" not in out
+    code, out, _ = cli(capsys, "estimate", "--model", "llama-3.1-70b", "--gpu", "rtx 4090", "--json")
+    data = json.loads(out)
+    assert data["fits"] is False and data["decode_tps_per_seq"] is None and data["memory_required_bytes"] > 1e11
+
+
+def test_unknown_gpu_lists_closest_names(capsys):
+    code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "RTX 4009")
+    assert code == 1
+    assert err.startswith("UnknownNameError: unknown gpu 'RTX 4009'") and "RTX 4090" in err
+
+
+def test_unknown_model_and_format_are_clear_errors(capsys):
+    code, _, err = cli(capsys, "estimate", "--model", "lama-3-8b", "--gpu", "h100")
+    assert code == 1 and "Closest:" in err and "Llama-3-8B" in err
+    code, _, err = cli(capsys, "estimate", "--model", "llama-3-8b", "--gpu", "h100", "--format", "int3")
+    assert code == 1 and "unknown weight format 'int3'" in err and "Q4_K_M" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch", "0"], "batch must be a whole number >= 1"),
+    (["--prompt", "0"], "prompt tokens must be a whole number >= 1"),
+    (["--gpus", "3"], "cannot split evenly"),
+])
+def test_impossible_workloads_are_rejected(capsys, argv, message):
+    code, out, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", *argv)
+    assert code == 1 and message in err and "Traceback" not in err + out
+
+
+def test_non_integer_argument_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--batch", "two"])
+    assert exc.value.code == 2
+    assert "invalid int value: 'two'" in capsys.readouterr().err
+
+
+def test_list_and_filters(capsys):
+    code, out, _ = cli(capsys, "list", "gpus", "--vendor", "AMD")
+    assert code == 0 and "MI300X" in out and "H100" not in out
+    _, out, _ = cli(capsys, "list", "models", "--moe", "--json")
+    models = json.loads(out)
+    assert models and all(m["moe"] for m in models)
+    _, out, _ = cli(capsys, "list", "formats")
+    assert "Q4_K_M" in out and "nvfp4" in out and "q4" in out
+    _, out, _ = cli(capsys, "list", "gpus", "--min-memory-gib", "100", "--json")
+    assert all(g["memory_gib"] >= 100 for g in json.loads(out))
+
+
+def test_show_prints_every_field_with_its_source(capsys):
+    code, out, _ = cli(capsys, "show", "gpu", "NVIDIA H100 80GB HBM3")
+    assert code == 0 and "memory.bandwidth" in out and "dense_peak.bf16" in out and "https://" in out
+    code, out, _ = cli(capsys, "show", "model", "deepseek-ai/DeepSeek-V3")
+    assert code == 0 and "shape.mla.kv_lora_rank" in out and "68.6 KiB" in out
+
+
+def test_estimate_from_a_local_config_json(capsys, tmp_path):
+    config = {"hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "head_dim": 64, "intermediate_size": 8192, "vocab_size": 128256, "tie_word_embeddings": True,
+              "max_position_embeddings": 131072, "model_type": "llama"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    code, out, _ = cli(capsys, "estimate", "--model", str(tmp_path / "config.json"), "--gpu", "l4", "--json")
+    assert code == 0 and json.loads(out)["fits"] is True
+
+
+def test_user_database_folder(capsys, tmp_path):
+    import yaml
+    from estimator.db import load_database
+    entry = load_database().hardware.get("rtx 4090").model_dump(mode="json")
+    entry.update(name="My Lab Card", aliases=["labcard"])
+    (tmp_path / "lab.yaml").write_text(yaml.safe_dump(entry))
+    code, out, _ = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "labcard", "--db", str(tmp_path))
+    assert code == 0 and "My Lab Card" in out
+
+
+def _write_csv(path, rows):
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_predict_keeps_going_past_unknown_rows(capsys, tmp_path):
+    good = {"id": "a", "framework": "vllm", "hardware": "NVIDIA H100 80GB HBM3", "n_gpus": "1",
+            "model": "meta-llama/Llama-3.1-8B-Instruct", "weight_format": "bf16", "kv_format": "",
+            "batch": "1", "input_len": "512", "output_len": "128", "metric": "itl_ms", "value": "8.0", "unit": "ms"}
+    rows = [good, {**good, "id": "b", "hardware": "TPU v9"}, {**good, "id": "c", "model": "gpt-5"},
+            {**good, "id": "d", "metric": "joules"}, {**good, "id": "e", "value": "", "metric": "ttft_ms"}]
+    _write_csv(tmp_path / "in.csv", rows)
+    code, out, _ = cli(capsys, "predict", "--csv", str(tmp_path / "in.csv"), "--out", str(tmp_path / "out.csv"))
+    assert code == 0 and "wrote 5 rows" in out
+    result = {r["id"]: r for r in csv.DictReader((tmp_path / "out.csv").open())}
+    assert result["a"]["status"] == "ok" and float(result["a"]["predicted"]) > 0 and result["a"]["rel_error"]
+    assert result["b"]["status"] == "unknown_hardware" and "TPU v9" in result["b"]["reason"]
+    assert result["c"]["status"] == "unknown_model"
+    assert result["d"]["status"] == "invalid" and "unknown metric" in result["d"]["reason"]
+    assert result["e"]["status"] == "ok" and result["e"]["rel_error"] == ""
+
+
+def test_predict_never_overwrites_without_force(capsys, tmp_path):
+    (tmp_path / "out.csv").write_text("precious")
+    _write_csv(tmp_path / "in.csv", [{"id": "a", "framework": "", "hardware": "h100", "n_gpus": "1",
+                                      "model": "llama-3.1-8b", "weight_format": "bf16", "kv_format": "",
+                                      "batch": "1", "input_len": "8", "output_len": "8", "metric": "itl_ms"}])
+    code, _, err = cli(capsys, "predict", "--csv", str(tmp_path / "in.csv"), "--out", str(tmp_path / "out.csv"))
+    assert code == 1 and "--force" in err and (tmp_path / "out.csv").read_text() == "precious"
+    code, _, _ = cli(capsys, "predict", "--csv", str(tmp_path / "in.csv"), "--out", str(tmp_path / "out.csv"),
+                     "--force")
+    assert code == 0 and "precious" not in (tmp_path / "out.csv").read_text()
+
+
+def test_predict_rejects_a_csv_without_required_columns(capsys, tmp_path):
+    (tmp_path / "in.csv").write_text("id,model\n1,llama-3.1-8b\n")
+    code, _, err = cli(capsys, "predict", "--csv", str(tmp_path / "in.csv"), "--out", str(tmp_path / "o.csv"))
+    assert code == 1 and "missing columns" in err
+
+
+@pytest.mark.skipif(shutil.which("roofline") is None, reason="console script not installed")
+def test_console_script_runs_from_another_directory(tmp_path):
+    done = subprocess.run(["roofline", "list", "gpus"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "NVIDIA H100 SXM" in done.stdout
