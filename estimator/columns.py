@@ -104,7 +104,8 @@ def hardware_columns(devices: Sequence[Hardware]) -> Columns:
 
 def format_columns(formats: Sequence[WeightFormat], engine: EngineDefaults = GENERIC_ENGINE) -> Columns:
     return {
-        "linear_bits": np.array([f.linear_bits for f in formats]),
+        "expert_bits": np.array([f.linear_bits for f in formats]),
+        "dense_bits": np.array([16.0 if f.experts_only else f.linear_bits for f in formats]),
         "head_bits": np.array([f.head_bits for f in formats]),
         "embedding_bits": np.array([f.embedding_bits for f in formats]),
         "engine_bandwidth_eff": np.array([engine.bandwidth_eff[f.dequant] for f in formats]),

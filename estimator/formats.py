@@ -36,6 +36,7 @@ class WeightFormat(Frozen):
     name: str
     aliases: tuple[str, ...] = ()
     linear_bits: float = Field(gt=0, description="bits per weight of the transformer's linear layers, scales included")
+    experts_only: bool = Field(default=False, description="quantizes only routed MoE experts; other linear layers stay 16-bit")
     head_bits: float = Field(gt=0, description="bits per weight of the output head")
     embedding_bits: float = Field(gt=0, description="bits per weight of the input embedding table")
     compute_dtypes: tuple[str, ...] = Field(description="preferred compute dtypes, first available wins")
@@ -101,6 +102,11 @@ WEIGHT_FORMATS: tuple[WeightFormat, ...] = (
         compute_dtypes=("fp4", "bf16", "fp16"), dequant="fp4",
         basis="e2m1 values with an e8m0 scale per 32 elements = 4.25 bits (OCP Microscaling spec v1.0); "
               "head and embedding bf16"),
+    WeightFormat(
+        name="mxfp4-experts", aliases=("mxfp4-moe", "gpt-oss-mxfp4"), linear_bits=4 + 8 / 32, experts_only=True,
+        head_bits=16, embedding_bits=16, compute_dtypes=("fp4", "bf16", "fp16"), dequant="fp4",
+        basis="gpt-oss as released: routed experts in MXFP4 (4.25 bits), attention, router, head and "
+              "embedding in bf16 (OpenAI gpt-oss model card, 2025-08)"),
     _gguf("Q8_0", 8.5, f"block of 32 int8 + fp16 scale = 34 bytes ({GGML_BLOCKS})", head_bits=8.5),
     _gguf("Q6_K", 6.5625, f"super-block of 256 = 210 bytes ({GGML_BLOCKS}); file-level 6.56 bpw for Llama-2-7B ({GGUF_QUANTIZE_README})"),
     _gguf("Q5_K_M", 5.68, f"Q5_K (5.5 bpw) with some tensors in Q6_K: 5.68 bpw for Llama-2-7B ({GGUF_QUANTIZE_README})"),

@@ -50,16 +50,18 @@ def expected_experts(E, k, tokens):
 def weight_bytes_streamed(m, f, tokens):
     """Weights read by one forward pass over ``tokens`` tokens (all sequences of the step)."""
     experts = expected_experts(m["experts"], m["experts_per_token"], tokens)
-    linear = m["params_dense_linear"] + m["params_routed_one"] * m["moe_layers"] * experts
+    routed = m["params_routed_one"] * m["moe_layers"] * experts
     head_bits = np.where(m["head_tied"] > 0, f["embedding_bits"], f["head_bits"])
-    return (linear * f["linear_bits"] + m["params_head"] * head_bits) / 8 + m["params_norms"] * ACTIVATION_BYTES
+    return (m["params_dense_linear"] * f["dense_bits"] + routed * f["expert_bits"] + m["params_head"] * head_bits) / 8 \
+        + m["params_norms"] * ACTIVATION_BYTES
 
 
 def weight_bytes_stored(m, f):
     """Every stored weight: all experts, embedding and (untied) head — what memory must hold."""
-    linear = m["params_dense_linear"] + m["params_routed_one"] * m["moe_layers"] * m["experts"]
+    routed = m["params_routed_one"] * m["moe_layers"] * m["experts"]
     head = np.where(m["head_tied"] > 0, 0.0, m["params_head"] * f["head_bits"])
-    return (linear * f["linear_bits"] + head + m["params_embedding"] * f["embedding_bits"]) / 8 \
+    return (m["params_dense_linear"] * f["dense_bits"] + routed * f["expert_bits"] + head
+            + m["params_embedding"] * f["embedding_bits"]) / 8 \
         + m["params_norms"] * ACTIVATION_BYTES
 
 
