@@ -161,3 +161,18 @@ def _with_notes(text: str, entry) -> str:
     if entry.notes:
         lines.append("notes: " + entry.notes.strip())
     return "\n".join(lines)
+
+
+def check_database(db: Database) -> str:
+    """`roofline check`: every entry validated (on load), and computed vs published parameter counts."""
+    rows = []
+    for spec in sorted(db.models, key=lambda s: s.name):
+        counts, pub = count_params(spec), spec.published_params
+        total_err = "" if pub is None else f"{counts.total / (pub.total_billion * 1e9) - 1:+.1%}"
+        active_err = "" if pub is None or pub.active_billion is None else \
+            f"{counts.active / (pub.active_billion * 1e9) - 1:+.1%}"
+        rows.append((spec.name, f"{counts.total / 1e9:.2f}", total_err, f"{counts.active / 1e9:.2f}", active_err))
+    lines = [f"{len(db.hardware)} hardware and {len(db.models)} model entries: all valid"]
+    lines += [f"override: {line}" for line in db.overrides]
+    lines += ["", table(rows, header=("model", "total B", "vs published", "active B", "vs published"))]
+    return "\n".join(lines)

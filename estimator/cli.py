@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true")
     _add_db(show)
 
+    chk = sub.add_parser("check", help="validate the databases (built-in and --db) and compare parameter counts")
+    _add_db(chk)
+
     pred = sub.add_parser("predict", help="predict each configuration of a CSV")
     pred.add_argument("--csv", required=True, help="input CSV (id, framework, hardware, n_gpus, model, "
                                                    "weight_format, kv_format, batch, input_len, output_len, metric"
@@ -82,6 +85,8 @@ def run(args: argparse.Namespace) -> str:
         return catalog.list_entries(db, args)
     if args.command == "show":
         return catalog.show_entry(db, args.what, args.name, as_json=args.json)
+    if args.command == "check":
+        return catalog.check_database(db)
     if args.command == "predict":
         return predict.predict_file(args.csv, args.out, db=db, force=args.force)
     raise AssertionError(args.command)  # argparse restricts the choices

@@ -165,8 +165,3 @@ def _load(folders: tuple[str, ...]) -> Database:
     for path in _user_files(Path(f) for f in folders):
         _add(db, read_yaml(path), str(path), builtin=False)
     return db
-
-
-if __name__ == "__main__":  # python -m estimator.db: validate every entry and print counts
-    database = load_database()
-    print(f"{len(database.hardware)} hardware entries, {len(database.models)} model entries: all valid")

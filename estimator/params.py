@@ -100,18 +100,3 @@ def count_params(model: ModelSpec | Shape) -> ParamCounts:
         experts_per_token=0 if moe is None else moe.experts_per_token,
         norms=L * (2 * d + lora_norms) + d,
     )
-
-
-if __name__ == "__main__":  # python -m estimator.params: computed vs published for every model
-    from estimator.db import load_database
-
-    for spec in load_database().models:
-        counts = count_params(spec)
-        pub = spec.published_params
-        line = f"{spec.name:32s} total {counts.total / 1e9:8.2f} B  active {counts.active / 1e9:7.2f} B"
-        if pub is not None:
-            err = counts.total / (pub.total_billion * 1e9) - 1
-            line += f"  published {pub.total_billion:8.2f} B ({err:+.1%})"
-            if pub.active_billion:
-                line += f", active {pub.active_billion:.2f} B ({counts.active / (pub.active_billion * 1e9) - 1:+.1%})"
-        print(line)

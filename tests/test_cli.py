@@ -163,3 +163,11 @@ def test_predict_rejects_a_csv_without_required_columns(capsys, tmp_path):
 def test_console_script_runs_from_another_directory(tmp_path):
     done = subprocess.run(["roofline", "list", "gpus"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "NVIDIA H100 SXM" in done.stdout
+
+
+def test_check_validates_and_compares_counts(capsys, tmp_path):
+    code, out, _ = cli(capsys, "check")
+    assert code == 0 and "all valid" in out and "Mixtral-8x7B" in out
+    (tmp_path / "bad.yaml").write_text("name: x\nshape: {hidden_size: -1}\n")
+    code, _, err = cli(capsys, "check", "--db", str(tmp_path))
+    assert code == 1 and err.startswith("DatabaseError:") and "bad.yaml" in err
