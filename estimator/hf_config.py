@@ -15,6 +15,11 @@ from estimator.errors import DatabaseError
 from estimator.model import MLA, ModelSpec, MoE, Shape
 
 PLAIN_MLP_TYPES = {"gptj", "gpt_neox", "falcon", "gpt2", "phi", "opt", "bloom", "starcoder2"}
+# transformers' PretrainedConfig ties embeddings by default; these architectures' configs default to untied.
+UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3",
+                     "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "llama4_text", "glm4_moe_lite", "gptj"}
+# Llama 4 MoE layers always add one shared expert as wide as a routed one (no config key says so).
+ALWAYS_ONE_SHARED_EXPERT = {"llama4", "llama4_text"}
 
 
 def _first(cfg: dict, *keys, default=None):
@@ -31,8 +36,10 @@ def _moe(cfg: dict, layers: int) -> MoE | None:
     per_token = _first(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk")
     width = _first(cfg, "moe_intermediate_size", default=cfg.get("intermediate_size"))
     shared = _first(cfg, "n_shared_experts", "num_shared_experts", default=0)
-    shared_width = cfg.get("shared_expert_intermediate_size")
+    shared_width = cfg.get("shared_expert_intermediate_size") or None   # Qwen3-MoE writes 0 for "none"
     if shared_width and not shared:
+        shared = 1
+    if cfg.get("model_type") in ALWAYS_ONE_SHARED_EXPERT:
         shared = 1
     dense = _first(cfg, "first_k_dense_replace", default=0)
     step = cfg.get("interleave_moe_layer_step") or cfg.get("decoder_sparse_step") or 1
@@ -64,6 +71,8 @@ def _local_layers(cfg: dict, layers: int) -> tuple[int | None, int]:
     pattern = cfg.get("sliding_window_pattern")
     if pattern:  # Gemma 3: every pattern-th layer is global
         return window, layers - layers // pattern
+    if cfg.get("model_type") == "gemma2":  # alternating local/global, no key says so
+        return window, layers // 2
     return window, layers
 
 
@@ -86,7 +95,9 @@ def spec_from_config(cfg: dict, name: str, source: str) -> ModelSpec:
             intermediate_size=_first(text, "intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_dim",
                                      default=4 * hidden),
             vocab_size=text["vocab_size"],
-            tie_word_embeddings=bool(_first(cfg, "tie_word_embeddings", default=text.get("tie_word_embeddings", False))),
+            tie_word_embeddings=bool(_first(
+                text, "tie_word_embeddings",
+                default=cfg.get("tie_word_embeddings", text.get("model_type") not in UNTIED_BY_DEFAULT))),
             max_context=_first(text, "max_position_embeddings", "n_positions", "seq_length", default=2048),
             mlp_gated=text.get("model_type") not in PLAIN_MLP_TYPES,
             sliding_window=window, num_local_layers=local, moe=_moe(text, layers), mla=mla)
