@@ -81,6 +81,8 @@ class PublishedParams(Frozen):
 
     total_billion: float = Field(gt=0)
     active_billion: float | None = Field(default=None, gt=0, description="MoE only")
+    active_includes_embedding: bool = Field(
+        default=True, description="False where the authors' active count leaves out the input embedding table")
     source: str = Field(min_length=8)
     note: str | None = None
 

@@ -46,6 +46,10 @@ class ParamCounts:
         return (self.embedding + self.head + self.attention + self.dense_mlp
                 + self.shared_experts + self.router + self.routed_experts + self.norms)
 
+    def active_as_published(self, includes_embedding: bool = True) -> int:
+        """Active parameters under the counting convention of a published figure."""
+        return self.active if includes_embedding else self.active - self.embedding
+
     @property
     def active(self) -> int:
         """Parameters one token uses: embedding row table and head included, k routed experts."""
