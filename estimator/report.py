@@ -70,13 +70,14 @@ def _bound_line(e: Estimate, phase: str) -> str:
     intensity = r[f"{phase}_intensity_flops_per_byte"]
     ridge = r["ridge_flops_per_byte"]
     if bound == "overhead":
-        why = (f"fixed per-step and per-layer costs ({seconds(r[f'{phase}_overhead_s'])}) exceed the roofline "
+        fixed = r[f"{phase}_overhead_s"] + r[f"{phase}_communication_s"]
+        why = (f"fixed per-step and per-layer costs and all-reduces ({seconds(fixed)}) exceed the roofline "
                f"time ({seconds(r[f'{phase}_linear_s'] + r[f'{phase}_attention_s'])})")
     else:
         side = ">" if intensity > ridge else "<"
         why = f"intensity {intensity:,.1f} FLOP/byte {side} ridge point {ridge:,.0f} FLOP/byte"
     line = f"{phase}: {bound}-bound, {why}"
-    if phase == "decode" and bound != "compute":
+    if phase == "decode" and bound == "memory":
         line += f"; its matmuls turn compute-bound near batch {r['critical_batch']:,.0f}"
     return line
 
