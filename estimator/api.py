@@ -6,21 +6,21 @@ vectorized :func:`estimator.evaluate.evaluate`; an estimate is a sweep of one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from estimator.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
 from estimator.db import Database, load_database
-from estimator.errors import ConfigurationError
 from estimator.evaluate import evaluate
 from estimator.formats import KVFormat, WeightFormat, kv_format, weight_format
 from estimator.hardware import Hardware
 from estimator.hf_config import load_config_json
 from estimator.model import ModelSpec
-from estimator.roofline import BOUND_NAMES
+from estimator.results import AXES, ResultTable
+from estimator.workload import Layout, as_layout, check_layout, check_workload
 
 # The columns a sweep returns unless ``detail=True`` asks for the ledgers too.
 MAIN_COLUMNS = (
@@ -28,7 +28,6 @@ MAIN_COLUMNS = (
     "tpot_inclusive_s", "throughput_out_tps", "prefill_bound", "decode_bound",
     "memory_required_bytes", "memory_available_bytes", "fits", "max_batch",
 )
-AXES = ("model", "hardware", "weight_format", "kv_format", "n_gpus", "batch", "prompt_tokens", "output_tokens")
 
 
 def resolve_model(model: str | ModelSpec, db: Database) -> ModelSpec:
@@ -53,78 +52,10 @@ def resolve_kv_format(fmt: str | KVFormat) -> KVFormat:
     return fmt if isinstance(fmt, KVFormat) else kv_format(fmt)
 
 
-def _check_workload(batches, prompts, outputs, n_gpus) -> None:
-    checks = (("batch", batches, 1), ("prompt tokens", prompts, 1), ("output tokens", outputs, 1),
-              ("number of GPUs", n_gpus, 1))
-    for label, values, minimum in checks:
-        for v in values:
-            if isinstance(v, bool) or not float(v).is_integer() or v < minimum:
-                raise ConfigurationError(f"{label} must be a whole number >= {minimum}, got {v!r}")
-
-
-def _check_layout(models: Sequence[ModelSpec], n_gpus: Iterable[int]) -> None:
-    for m in models:
-        for n in n_gpus:
-            if m.shape.num_attention_heads % n:
-                raise ConfigurationError(
-                    f"{m.name} has {m.shape.num_attention_heads} attention heads, which {n} tensor-parallel "
-                    f"devices cannot split evenly; use a device count that divides {m.shape.num_attention_heads}")
-
-
-@dataclass(frozen=True)
-class ResultTable:
-    """Results of a sweep: one row per configuration, one numpy array per column.
-
-    ``index`` holds, per axis, the position of each row's value in ``labels``;
-    :meth:`to_pandas` turns both into a DataFrame with categorical label columns.
-    """
-
-    columns: dict[str, np.ndarray]
-    index: dict[str, np.ndarray]
-    labels: dict[str, list]
-    compute_dtypes: list[list[str]] = field(repr=False)  # [format][hardware]
-
-    def __len__(self) -> int:
-        return len(next(iter(self.columns.values())))
-
-    def label(self, axis: str, row: int):
-        return self.labels[axis][int(self.index[axis][row])]
-
-    def row(self, i: int) -> dict:
-        """One configuration as a plain dict: its labels, then every result column."""
-        out = {axis: self.label(axis, i) for axis in AXES}
-        out["compute_dtype"] = self.compute_dtypes[int(self.index["weight_format"][i])][int(self.index["hardware"][i])]
-        out.update({k: v[i].item() for k, v in self.columns.items()})
-        for phase in ("prefill_bound", "decode_bound"):
-            if phase in out:
-                out[phase] = BOUND_NAMES[int(out[phase])]
-        return out
-
-    def to_pandas(self):
-        """A pandas DataFrame (pandas is imported only here)."""
-        import pandas as pd
-
-        frame = {axis: pd.Categorical.from_codes(self.index[axis], categories=_unique(self.labels[axis]))
-                 if isinstance(self.labels[axis][0], str) else np.asarray(self.labels[axis])[self.index[axis]]
-                 for axis in AXES}
-        frame.update(self.columns)
-        df = pd.DataFrame(frame)
-        for phase in ("prefill_bound", "decode_bound"):
-            if phase in df:
-                df[phase] = pd.Categorical.from_codes(df[phase].astype(int), categories=list(BOUND_NAMES))
-        return df
-
-
-def _unique(names: list[str]) -> list[str]:
-    if len(set(names)) != len(names):
-        raise ConfigurationError(f"duplicate entries in a sweep axis: {names}")
-    return names
-
-
 def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
           weight_formats: Sequence[str | WeightFormat] = ("bf16",), kv_formats: Sequence[str | KVFormat] = ("f16",),
           batches: Sequence[int] = (1,), prompt_tokens: Sequence[int] = (512,), output_tokens: Sequence[int] = (256,),
-          n_gpus: Sequence[int] = (1,), *, fused_attention: bool = True, detail: bool = False,
+          layouts: Sequence[int | Layout] = (1,), *, fused_attention: bool = True, detail: bool = False,
           db: Database | None = None) -> ResultTable:
     """Estimate every combination of the given lists (their cartesian product).
 
@@ -133,8 +64,10 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     models, gpus : sequence of names or specs
         Names resolve like the CLI's (HF id, alias, NVML name; a model may be a config.json path).
     weight_formats, kv_formats : sequence of names or formats
-    batches, prompt_tokens, output_tokens, n_gpus : sequence of int
-        Concurrent sequences, prompt length, generated tokens, tensor-parallel devices.
+    batches, prompt_tokens, output_tokens : sequence of int
+        Concurrent sequences (over all replicas), prompt length, generated tokens.
+    layouts : sequence of int or Layout
+        Device layouts; an int N means tensor parallelism over N devices.
     fused_attention : bool
         FlashAttention-style kernels (True) or eager attention that writes the score matrix.
     detail : bool
@@ -143,7 +76,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     Returns
     -------
     ResultTable
-        Rows in C order over (model, hardware, weight_format, kv_format, n_gpus, batch,
+        Rows in C order over (model, hardware, weight_format, kv_format, layout, batch,
         prompt_tokens, output_tokens); convert with ``.to_pandas()``.
 
     Examples
@@ -159,9 +92,12 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     devices = [resolve_hardware(g, db) for g in gpus]
     fmts = [resolve_weight_format(f) for f in weight_formats]
     kvs = [resolve_kv_format(k) for k in kv_formats]
-    _check_workload(batches, prompt_tokens, output_tokens, n_gpus)
-    _check_layout(model_specs, n_gpus)
-    sizes = (len(model_specs), len(devices), len(fmts), len(kvs), len(n_gpus), len(batches),
+    layout_specs = [as_layout(v) for v in layouts]
+    check_workload(batches, prompt_tokens, output_tokens)
+    for spec in model_specs:
+        for layout in layout_specs:
+            check_layout(spec, layout)
+    sizes = (len(model_specs), len(devices), len(fmts), len(kvs), len(layout_specs), len(batches),
              len(prompt_tokens), len(output_tokens))
 
     def on_axis(columns: dict, axis: int) -> dict:
@@ -177,7 +113,8 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         m=on_axis(model_columns(model_specs), 0), hw=on_axis(hardware_columns(devices), 1),
         f=on_axis(format_columns(fmts), 2), kv=on_axis(kv_columns(kvs), 3),
         peak_linear_flops_per_s=peaks.T.reshape(1, sizes[1], sizes[2], 1, 1, 1, 1, 1),
-        n_gpus=values_on_axis(n_gpus, 4), B=values_on_axis(batches, 5), T=values_on_axis(prompt_tokens, 6),
+        layout={k: values_on_axis([getattr(x, k) for x in layout_specs], 4) for k in ("tp", "pp", "ep", "dp")},
+        B=values_on_axis(batches, 5), T=values_on_axis(prompt_tokens, 6),
         O=values_on_axis(output_tokens, 7), fused_attention=fused_attention)
     keep = results if detail else {k: results[k] for k in MAIN_COLUMNS}
     columns = {k: np.broadcast_to(v, sizes).ravel() for k, v in keep.items()}
@@ -185,7 +122,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     labels = {
         "model": [m.name for m in model_specs], "hardware": [d.name for d in devices],
         "weight_format": [f.name for f in fmts], "kv_format": [k.name for k in kvs],
-        "n_gpus": list(n_gpus), "batch": list(batches), "prompt_tokens": list(prompt_tokens),
+        "layout": [x.label for x in layout_specs], "batch": list(batches), "prompt_tokens": list(prompt_tokens),
         "output_tokens": list(output_tokens),
     }
     return ResultTable(columns=columns, index=dict(zip(AXES, grids)), labels=labels, compute_dtypes=dtypes)
@@ -204,7 +141,7 @@ class Estimate:
     hardware: Hardware
     weight_format: WeightFormat
     kv_format: KVFormat
-    n_gpus: int
+    layout: Layout
     batch: int
     prompt_tokens: int
     output_tokens: int
@@ -226,7 +163,8 @@ class Estimate:
         results = {k: (None if (k in speed_keys and not self.results["fits"]) else v) for k, v in self.results.items()}
         return {
             "model": self.model.name, "hf_id": self.model.hf_id, "hardware": self.hardware.name,
-            "n_gpus": self.n_gpus, "weight_format": self.weight_format.name, "kv_format": self.kv_format.name,
+            "n_gpus": self.layout.devices, **self.layout.model_dump(),
+            "weight_format": self.weight_format.name, "kv_format": self.kv_format.name,
             "compute_dtype": self.compute_dtype, "batch": self.batch, "prompt_tokens": self.prompt_tokens,
             "output_tokens": self.output_tokens, "fused_attention": self.fused_attention,
             "efficiency_source": "datasheet peaks x default efficiencies (no calibration profile)",
@@ -234,12 +172,16 @@ class Estimate:
         }
 
 
-def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int = 1, weight_format: str = "bf16",
-             kv_format: str = "f16", batch: int = 1, prompt_tokens: int = 512, output_tokens: int = 256,
-             fused_attention: bool = True, db: Database | None = None) -> Estimate:
+def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None = None, tp: int | None = None,
+             pp: int = 1, ep: int = 1, weight_format: str = "bf16", kv_format: str = "f16", batch: int = 1,
+             prompt_tokens: int = 512, output_tokens: int = 256, fused_attention: bool = True,
+             db: Database | None = None) -> Estimate:
     """Estimate TTFT, decode speed and memory fit for one configuration.
 
-    Parameters are as in :func:`sweep`, one value each. The estimate is a sweep of one row.
+    Parameters are as in :func:`sweep`, one value each; the layout is given by
+    ``n_gpus`` (all of them tensor-parallel unless ``tp``/``pp`` say otherwise;
+    what tp × pp leaves over becomes data-parallel replicas) and ``ep``. The
+    estimate is a sweep of one row.
 
     Examples
     --------
@@ -254,8 +196,9 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int = 1, we
     """
     db = db or load_database()
     spec, device = resolve_model(model, db), resolve_hardware(gpu, db)
+    layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep)
     table = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
-                  [n_gpus], fused_attention=fused_attention, detail=True, db=db)
+                  [layout], fused_attention=fused_attention, detail=True, db=db)
     row = table.row(0)
     warnings = []
     if prompt_tokens + output_tokens > spec.shape.max_context:
@@ -263,7 +206,7 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int = 1, we
                         f"maximum context of {spec.shape.max_context}")
     return Estimate(
         model=spec, hardware=device, weight_format=resolve_weight_format(weight_format),
-        kv_format=resolve_kv_format(kv_format), n_gpus=n_gpus, batch=batch, prompt_tokens=prompt_tokens,
+        kv_format=resolve_kv_format(kv_format), layout=layout, batch=batch, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, fused_attention=fused_attention, compute_dtype=row.pop("compute_dtype"),
         results={k: v for k, v in row.items() if k not in AXES}, warnings=tuple(warnings))
 
@@ -276,7 +219,7 @@ class Configuration:
     hardware: Hardware
     weight_format: WeightFormat
     kv_format: KVFormat
-    n_gpus: int
+    layout: Layout
     batch: int
     prompt_tokens: int
     output_tokens: int
@@ -284,8 +227,7 @@ class Configuration:
 
 def evaluate_configurations(configs: Sequence[Configuration], fused_attention: bool = True) -> dict[str, np.ndarray]:
     """Evaluate an arbitrary list of configurations in one vectorized call (rows, not a product)."""
-    _check_workload([c.batch for c in configs], [c.prompt_tokens for c in configs],
-                    [c.output_tokens for c in configs], [c.n_gpus for c in configs])
+    check_workload([c.batch for c in configs], [c.prompt_tokens for c in configs], [c.output_tokens for c in configs])
 
     def gather(items, columns_of):
         unique = list({id(x): x for x in items}.values())
@@ -300,5 +242,7 @@ def evaluate_configurations(configs: Sequence[Configuration], fused_attention: b
     peaks, _ = compute_peak_table(fmts, devices)
     return evaluate(m=m, hw=hw, f=f, kv=kv, peak_linear_flops_per_s=peaks[f_index, hw_index],
                     B=[c.batch for c in configs], T=[c.prompt_tokens for c in configs],
-                    O=[c.output_tokens for c in configs], n_gpus=[c.n_gpus for c in configs],
+                    O=[c.output_tokens for c in configs],
+                    layout={k: np.array([getattr(c.layout, k) for c in configs], dtype=float)
+                            for k in ("tp", "pp", "ep", "dp")},
                     fused_attention=fused_attention)

@@ -33,7 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     est = sub.add_parser("estimate", help="estimate one configuration")
     est.add_argument("--model", required=True, help="name, alias, HF id, or path to a config.json")
     est.add_argument("--gpu", required=True, help="name, alias or NVML name (see `roofline list gpus`)")
-    est.add_argument("--gpus", type=int, default=1, help="devices, split by tensor parallelism (default 1)")
+    est.add_argument("--gpus", type=int, help="devices in all (default tp x pp); beyond one replica: data parallel")
+    est.add_argument("--tp", type=int, help="tensor-parallel ranks per replica (default: all --gpus / pp)")
+    est.add_argument("--pp", type=int, default=1, help="pipeline stages per replica (default 1)")
+    est.add_argument("--ep", type=int, default=1, help="expert-parallel ranks within the TP group, MoE only (default 1)")
     est.add_argument("--format", default="bf16", help="weight format (default bf16; `roofline list formats`)")
     est.add_argument("--kv-format", default="f16", help="KV-cache format: f16, bf16, fp8, int8, q4 (default f16)")
     est.add_argument("--batch", type=int, default=1, help="concurrent sequences (default 1)")
@@ -77,7 +80,8 @@ def run(args: argparse.Namespace) -> str:
     """Execute a parsed command and return what to print."""
     db = load_database(args.db)
     if args.command == "estimate":
-        e = estimate(args.model, args.gpu, n_gpus=args.gpus, weight_format=args.format, kv_format=args.kv_format,
+        e = estimate(args.model, args.gpu, n_gpus=args.gpus, tp=args.tp, pp=args.pp, ep=args.ep,
+                     weight_format=args.format, kv_format=args.kv_format,
                      batch=args.batch, prompt_tokens=args.prompt, output_tokens=args.output,
                      fused_attention=not args.unfused_attention, db=db)
         return json.dumps(e.to_dict(), indent=2) if args.json else format_estimate(e)

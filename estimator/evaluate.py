@@ -14,7 +14,8 @@ from estimator import flops as fl
 from estimator import traffic as tr
 from estimator.efficiency import GENERIC_ENGINE, EngineDefaults
 from estimator.memory import memory_fit
-from estimator.roofline import allreduce_time, pass_time
+from estimator.parallel import micro_batches, pipeline_transfer_time, stage_communication_time
+from estimator.roofline import bound_of, pass_time
 from estimator.span import decode_context_range, mean_span
 
 
@@ -30,13 +31,18 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
     }
 
 
-def tensor_parallel_time(m, hw, tokens, n_gpus, engine: EngineDefaults):
-    """Two all-reduces per layer (after attention and after the MLP) of tokens × d activations (Megatron)."""
-    message_bytes = tokens * m["hidden"] * tr.ACTIVATION_BYTES
-    return 2 * m["layers"] * allreduce_time(message_bytes, n_gpus, hw["link_bytes_per_s"], engine.allreduce_latency_s)
+def _phase(stage: dict, passes, per_step_s, transfer_s) -> dict:
+    """A phase made of ``passes`` stage passes, plus the per-step overhead and pipeline transfers."""
+    out = {k: v * passes for k, v in stage.items() if k.endswith("_s")}
+    out["overhead_s"] = out["overhead_s"] + per_step_s
+    out["communication_s"] = out["communication_s"] + transfer_s
+    out["time_s"] = out["time_s"] + per_step_s + transfer_s
+    out["bound"] = bound_of(out["compute_s"], out["memory_s"], out["linear_s"] + out["attention_s"],
+                            out["communication_s"], out["overhead_s"])
+    return out
 
 
-def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, n_gpus, fused_attention=True,
+def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, fused_attention=True,
              engine: EngineDefaults = GENERIC_ENGINE) -> dict[str, np.ndarray]:
     """Prefill, decode and memory for every configuration the inputs broadcast to.
 
@@ -46,32 +52,53 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, n_gpus, fused_atten
         Model, hardware, weight-format and KV-format columns (:mod:`estimator.columns`).
     peak_linear_flops_per_s : array
         Dense peak of the weight format's compute dtype on the device.
-    B, T, O, n_gpus : array
-        Concurrent sequences, prompt tokens, output tokens, tensor-parallel devices.
+    B, T, O : array
+        Concurrent sequences (over all replicas), prompt tokens, output tokens.
+    layout : dict
+        ``tp``, ``pp``, ``ep``, ``dp`` arrays (:mod:`estimator.parallel`).
+
+    Notes
+    -----
+    Each replica decodes B/dp sequences in m = min(B/dp, pp) micro-batches. One
+    pipeline-stage pass costs the roofline time of the micro-batch's ledgers
+    divided over the replica's tp·pp devices, plus its collectives and per-layer
+    overheads; a decode cycle takes max(m, pp) stage passes and prefill
+    m + pp − 1, plus the per-step overhead and the stage-to-stage transfers.
     """
-    B, T, O, n_gpus = (np.asarray(a, dtype=float) for a in (B, T, O, n_gpus))
+    B, T, O = (np.asarray(a, dtype=float) for a in (B, T, O))
+    tp, pp, ep, dp = (np.asarray(layout[k], dtype=float) for k in ("tp", "pp", "ep", "dp"))
     kv_bits = kv["kv_bits"]
     rates = effective_rates(hw, f, peak_linear_flops_per_s, engine)
-    overheads = {"per_step_s": engine.per_step_s, "per_layer_s": engine.per_layer_s}
+    latency_s = engine.allreduce_latency_s
+    replica_devices = tp * pp
+    replica_batch = B / dp
+    micro = micro_batches(replica_batch, pp)
+    b = replica_batch / micro                                 # sequences per micro-batch
+    stage_overhead_s = m["layers"] / pp * engine.per_layer_s
 
-    prefill_flops = fl.prefill_flops(m, B, T)
-    prefill_bytes = tr.prefill_bytes(m, f, kv_bits, B, T, n_gpus, fused_attention)
-    prefill = pass_time(prefill_flops, prefill_bytes, rates, n_gpus, m["layers"], overheads,
-                        tensor_parallel_time(m, hw, B * T, n_gpus, engine))
+    prefill_flops = fl.prefill_flops(m, b, T)
+    prefill_bytes = tr.prefill_bytes(m, f, kv_bits, b, T, tp, fused_attention)
+    prefill_stage = pass_time(prefill_flops, prefill_bytes, rates, replica_devices, stage_overhead_s,
+                              stage_communication_time(m, hw, b * T, tp, pp, ep, latency_s))
+    prefill = _phase(prefill_stage, micro + pp - 1, engine.per_step_s,
+                     pipeline_transfer_time(m, hw, b * T, pp, latency_s))
     ttft_s = np.where(T > 0, prefill["time_s"], 0.0)
 
     lo, hi, steps = decode_context_range(T, O)
     span_global, span_local = mean_span(lo, hi, 0), mean_span(lo, hi, m["window"])
-    decode_flops = fl.decode_flops(m, B, span_global, span_local)
-    decode_bytes = tr.decode_bytes(m, f, kv_bits, B, span_global, span_local, n_gpus, fused_attention)
-    decode = pass_time(decode_flops, decode_bytes, rates, n_gpus, m["layers"], overheads,
-                       tensor_parallel_time(m, hw, B, n_gpus, engine))
+    decode_flops = fl.decode_flops(m, b, span_global, span_local)
+    decode_bytes = tr.decode_bytes(m, f, kv_bits, b, span_global, span_local, tp, fused_attention)
+    decode_stage = pass_time(decode_flops, decode_bytes, rates, replica_devices, stage_overhead_s,
+                             stage_communication_time(m, hw, b, tp, pp, ep, latency_s))
+    decode = _phase(decode_stage, np.maximum(micro, pp), engine.per_step_s,
+                    pipeline_transfer_time(m, hw, b, pp, latency_s))
     itl_s = decode["time_s"]
     e2e_s = ttft_s + steps * itl_s
 
     matmul_flops_per_token = 2 * (fl.matmul_params_per_token(m) + m["params_head"])
     out = {
         "ttft_s": ttft_s,
+        "micro_batches": micro,
         "prefill_tps": B * T / np.where(ttft_s > 0, ttft_s, 1.0),
         "itl_s": itl_s,
         "decode_tps_per_seq": 1.0 / itl_s,
@@ -85,7 +112,7 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, n_gpus, fused_atten
         "decode_intensity_flops_per_byte": fl.total(decode_flops) / sum(decode_bytes.values()),
         "ridge_flops_per_byte": peak_linear_flops_per_s / hw["bandwidth_bytes_per_s"],
         # batch at which the decode matmuls' compute time reaches their weight-streaming time
-        "critical_batch": tr.weight_bytes_streamed(m, f, B) * rates["linear_flops_per_s"]
+        "critical_batch": tr.weight_bytes_streamed(m, f, b) * rates["linear_flops_per_s"]
         / (matmul_flops_per_token * rates["weight_bytes_per_s"]),
         "decode_steps": steps,
         "mean_decode_context": span_global,
@@ -98,5 +125,6 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, n_gpus, fused_atten
         for term, value in ledger.items():
             out[f"{name}_{term}"] = value
         out[f"{name}_total"] = sum(ledger.values())
-    out.update(memory_fit(m, f, kv_bits, hw, B, T, O, n_gpus, fused_attention))
+    out.update(memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, fused_attention))
+    out["max_batch"] = out["max_batch"] * dp
     return out

@@ -24,12 +24,12 @@ from estimator.traffic import (ACTIVATION_BYTES, LOGIT_BYTES, kv_bytes_per_token
                                kv_replication, weight_bytes_stored)
 
 
-def kv_cache_bytes_per_sequence(m, kv_bits, context, n_gpus):
-    """KV bytes one sequence of ``context`` tokens holds, over all devices of the replica."""
+def kv_cache_bytes_per_sequence(m, kv_bits, context, tp):
+    """KV bytes one sequence of ``context`` tokens holds, over all devices of the replica (copies under TP included)."""
     global_layers = m["layers"] - m["local_layers"]
     local_kept = np.where(m["window"] > 0, np.minimum(context, m["window"]), context)
     token_layers = global_layers * context + m["local_layers"] * local_kept
-    return kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, n_gpus) * token_layers
+    return kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, tp) * token_layers
 
 
 PREFILL_TOKEN_BUDGET = 8192
@@ -45,13 +45,13 @@ def activation_workspace_bytes(m, B, T, fused_attention):
     return matmul_outputs + scores + np.minimum(B, sequences) * m["vocab"] * LOGIT_BYTES
 
 
-def memory_fit(m, f, kv_bits, hw, B, T, O, n_gpus, fused_attention):
-    """Per-device footprint (bytes on each of the N devices), fit, and the largest batch at this context."""
-    n = np.asarray(n_gpus, dtype=float)
+def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, fused_attention):
+    """Per-device footprint of one replica of tp × pp devices serving B sequences, and its largest batch."""
+    n = np.asarray(tp, dtype=float) * pp
     weights = weight_bytes_stored(m, f) / n
-    kv_per_seq = kv_cache_bytes_per_sequence(m, kv_bits, T + O, n_gpus) / n
-    activations = activation_workspace_bytes(m, B, T, fused_attention) / n
-    full_budget = activation_workspace_bytes(m, 1e15, T, fused_attention) / n  # as many prompts as the budget holds
+    kv_per_seq = kv_cache_bytes_per_sequence(m, kv_bits, T + O, tp) / n
+    activations = activation_workspace_bytes(m, B, T, fused_attention) / tp
+    full_budget = activation_workspace_bytes(m, 1e15, T, fused_attention) / tp  # as many prompts as the budget holds
     reserve = hw["runtime_reserve_bytes"]
     available = hw["capacity_bytes"] * hw["usable_memory_fraction"]
     required = weights + B * kv_per_seq + activations + reserve

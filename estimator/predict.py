@@ -23,6 +23,7 @@ from estimator.api import Configuration, evaluate_configurations, resolve_model
 from estimator.db import Database, load_database
 from estimator.errors import ConfigurationError, RooflineError, UnknownNameError
 from estimator.formats import kv_format, weight_format
+from estimator.workload import Layout, check_layout
 
 # metric name -> (result column, factor from base units to the metric's unit)
 METRICS = {
@@ -74,12 +75,15 @@ def configuration_from_row(row: dict, db: Database) -> Configuration:
     metric = row.get("metric", "").strip()
     if metric not in METRICS:
         raise ConfigurationError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
+    model = _resolve(lambda n: resolve_model(n, db), row["model"])
+    layout = Layout.from_devices(devices=_int(row, "n_gpus", 1))
+    check_layout(model, layout)
     return Configuration(
-        model=_resolve(lambda n: resolve_model(n, db), row["model"]),
+        model=model,
         hardware=_resolve(db.hardware.get, row["hardware"]),
         weight_format=_resolve(weight_format, row["weight_format"]),
         kv_format=_resolve(kv_format, row.get("kv_format") or "f16"),
-        n_gpus=_int(row, "n_gpus", 1), batch=_int(row, "batch", 1),  # empty: saturated later
+        layout=layout, batch=_int(row, "batch", 1),  # empty batch: saturated below
         # a generation benchmark from an empty context (llama-bench tgN) starts from one BOS token
         prompt_tokens=max(_int(row, "input_len", 0), 1), output_tokens=max(_int(row, "output_len", 1), 1))
 

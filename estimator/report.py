@@ -82,13 +82,24 @@ def _bound_line(e: Estimate, phase: str) -> str:
     return line
 
 
+def _layout_text(layout) -> str:
+    parts = [f"tensor-parallel {layout.tp}"]
+    if layout.pp > 1:
+        parts.append(f"{layout.pp} pipeline stages")
+    if layout.ep > 1:
+        parts.append(f"expert-parallel {layout.ep}")
+    if layout.dp > 1:
+        parts.append(f"{layout.dp} replicas")
+    return ", ".join(parts)
+
+
 def format_estimate(e: Estimate) -> str:
     """The readable report for one estimate."""
     r, hw = e.results, e.hardware
     bw, peak = hw.memory_bandwidth_bytes_per_s, hw.peak_flops_per_s(e.compute_dtype)
     head = [
-        f"{e.model.name} on {e.n_gpus} x {hw.name}: weights {e.weight_format.name} (math in {e.compute_dtype}), "
-        f"KV cache {e.kv_format.name}",
+        f"{e.model.name} on {e.layout.devices} x {hw.name} ({_layout_text(e.layout)}): weights "
+        f"{e.weight_format.name} (math in {e.compute_dtype}), KV cache {e.kv_format.name}",
         f"workload: batch {e.batch}, prompt {e.prompt_tokens} tokens, output {e.output_tokens} tokens, "
         f"{'fused (FlashAttention-style)' if e.fused_attention else 'unfused'} attention",
         f"device: {bw / TB:.2f} TB/s, {peak / TFLOPS:,.0f} TFLOPS dense {e.compute_dtype}, "

@@ -14,10 +14,11 @@ Bytes are what kernels actually read or write (FORMULAS.md §1, §4, §5):
   memory; K/V are re-read once per query tile (Dao et al. 2022, Thm 2). Without
   it, the T×T scores are written and read twice per layer and head.
 
-Activations are 16-bit. Ledgers are totals over the replica; with tensor
-parallelism each device moves 1/N of them (the caller divides), except that KV
-heads replicate once N exceeds the KV-head count and an MLA latent is stored
-on every rank (FORMULAS.md §2), which ``kv_replication`` accounts for.
+Activations are 16-bit. Ledgers are totals over the replica; each of its
+devices moves an equal share (the caller divides), except that under tensor
+parallelism KV heads replicate once tp exceeds the KV-head count and an MLA
+latent is stored on every rank (FORMULAS.md §2), which ``kv_replication``
+accounts for.
 """
 
 from __future__ import annotations
@@ -70,13 +71,13 @@ def kv_bytes_per_token_layer(m, kv_bits):
     return m["kv_elems_per_token_layer"] * kv_bits / 8
 
 
-def kv_replication(m, n_gpus):
+def kv_replication(m, tp):
     """Copies of the KV cache across N tensor-parallel ranks, relative to one copy.
 
     GQA: each rank holds max(1, n_kv/N) heads, so copies = N · max(1/N, 1/n_kv).
     MLA: the latent is replicated on every rank, so copies = N.
     """
-    n = np.asarray(n_gpus, dtype=float)
+    n = np.asarray(tp, dtype=float)
     gqa = n * np.maximum(1.0 / n, 1.0 / m["kv_heads"])
     return np.where(m["is_mla"] > 0, n, gqa)
 
@@ -88,10 +89,10 @@ def activation_bytes(m, f, tokens):
     return tokens * (per_token + embedding_rows)
 
 
-def prefill_bytes(m, f, kv_bits, B, T, n_gpus, fused_attention):
+def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention):
     """Bytes moved to prefill B prompts of T tokens (totals over the replica)."""
     tokens = B * T
-    kv_layer = kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, n_gpus)
+    kv_layer = kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, tp)
     global_layers = m["layers"] - m["local_layers"]
     pairs = global_layers * causal_pairs(T, 0) + m["local_layers"] * causal_pairs(T, m["window"])
     # fused: each query tile re-reads the K/V its rows attend to; unfused: K/V once plus the scores
@@ -108,9 +109,9 @@ def prefill_bytes(m, f, kv_bits, B, T, n_gpus, fused_attention):
     }
 
 
-def decode_bytes(m, f, kv_bits, B, span_global, span_local, n_gpus, fused_attention):
+def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention):
     """Bytes moved by one decode step of B sequences (totals over the replica)."""
-    kv_layer = kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, n_gpus)
+    kv_layer = kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, tp)
     global_layers = m["layers"] - m["local_layers"]
     attended = global_layers * span_global + m["local_layers"] * span_local
     scores = UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * attended * B

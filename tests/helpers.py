@@ -14,7 +14,8 @@ IDEAL_ENGINE = EngineDefaults(
     compute_eff=1.0, per_step_s=0.0, per_layer_s=0.0, allreduce_latency_s=0.0, basis="test: datasheet peaks, no overheads")
 
 
-def run(spec, hw, fmt="f16", kv="f16", B=1, T=512, O=256, n_gpus=1, ideal=True, fused=True, **overrides):
+def run(spec, hw, fmt="f16", kv="f16", B=1, T=512, O=256, n_gpus=1, ideal=True, fused=True,
+        tp=None, pp=1, ep=1, dp=1, **overrides):
     """Evaluate one configuration; ``ideal`` sets every efficiency to 1 and overheads to 0."""
     f = weight_format(fmt)
     hw_cols = hardware_columns([hw])
@@ -28,7 +29,8 @@ def run(spec, hw, fmt="f16", kv="f16", B=1, T=512, O=256, n_gpus=1, ideal=True, 
                 cols[key] = np.asarray([value], dtype=float)
     peaks, _ = compute_peak_table([f], [hw])
     kwargs = {"engine": IDEAL_ENGINE} if ideal else {}
-    out = evaluate(m_cols, hw_cols, f_cols, kv_columns([kv_format(kv)]), peaks[0], B, T, O, n_gpus,
+    layout = {"tp": tp or n_gpus, "pp": pp, "ep": ep, "dp": dp}
+    out = evaluate(m_cols, hw_cols, f_cols, kv_columns([kv_format(kv)]), peaks[0], B, T, O, layout,
                    fused_attention=fused, **kwargs)
     return {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
 

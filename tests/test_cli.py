@@ -171,3 +171,22 @@ def test_check_validates_and_compares_counts(capsys, tmp_path):
     (tmp_path / "bad.yaml").write_text("name: x\nshape: {hidden_size: -1}\n")
     code, _, err = cli(capsys, "check", "--db", str(tmp_path))
     assert code == 1 and err.startswith("DatabaseError:") and "bad.yaml" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "llama-3.1-8b", "--tp", "3"], "tp=3 tensor-parallel ranks cannot split evenly"),
+    (["--model", "llama-3.1-8b", "--gpus", "6", "--tp", "4"], "6 devices cannot hold replicas of tp=4"),
+    (["--model", "llama-3.1-8b", "--ep", "2", "--tp", "2"], "dense; expert parallelism needs an MoE model"),
+    (["--model", "llama-3.2-1b", "--pp", "32"], "exceed Llama-3.2-1B's 16 layers"),
+    (["--model", "mixtral-8x7b", "--tp", "2", "--ep", "4"], "ep=4 must divide"),
+])
+def test_impossible_layouts_are_rejected(capsys, argv, message):
+    code, out, err = cli(capsys, "estimate", "--gpu", "h100", *argv)
+    assert code == 1 and message in err and "Traceback" not in err
+
+
+def test_layout_flags_reach_the_json(capsys):
+    code, out, _ = cli(capsys, "estimate", "--model", "llama-3.1-70b", "--gpu", "h100", "--gpus", "8", "--tp", "4",
+                       "--pp", "1", "--batch", "16", "--json")
+    data = json.loads(out)
+    assert code == 0 and (data["tp"], data["pp"], data["dp"], data["n_gpus"]) == (4, 1, 2, 8)

@@ -153,3 +153,49 @@ def test_llama_cpp_q4_0_file_size(db):
     """llama.cpp reported Llama-3-8B Q4_0 as 4.33 GiB (FORMULAS.md §1, llama.cpp #9881)."""
     r = run(db.models.get("llama-3-8b"), db.hardware.get("RTX 4090"), fmt="Q4_0")
     assert r["memory_weights_bytes"] / 2**30 == pytest.approx(4.33, rel=0.03)
+
+
+class TestParallelLayouts:
+    """Pipeline, data and expert parallelism against hand-worked expectations (estimator/parallel.py)."""
+
+    def test_pipeline_does_not_speed_up_one_sequence(self, db):
+        spec, hw = db.models.get("llama-3.1-70b"), db.hardware.get("h100")
+        one_stage = run(spec, hw, fmt="fp8", B=1, tp=1, pp=1)
+        two_stages = run(spec, hw, fmt="fp8", B=1, tp=1, pp=2)
+        # same bytes over one device's bandwidth per token, plus one stage-to-stage hop
+        assert two_stages["itl_s"] == pytest.approx(one_stage["itl_s"], rel=0.01)
+        assert two_stages["itl_s"] >= one_stage["itl_s"]
+        assert two_stages["memory_weights_bytes"] == pytest.approx(one_stage["memory_weights_bytes"] / 2)
+
+    def test_pipeline_fills_with_micro_batches_when_compute_bound(self, db):
+        spec, hw = db.models.get("llama-3.1-8b"), db.hardware.get("h100")
+        # prefill of 4 prompts of 4096 tokens is compute-bound: 4 stages working on 4 micro-batches
+        one = run(spec, hw, B=4, T=4096, O=2, tp=1, pp=1)["ttft_s"]
+        four = run(spec, hw, B=4, T=4096, O=2, tp=1, pp=4)["ttft_s"]
+        # (m + p - 1) / (m * p) = 7/16 of the single-device time
+        assert four / one == pytest.approx(7 / 16, rel=0.02)
+
+    def test_data_parallel_replicas_multiply_throughput(self, db):
+        spec, hw = db.models.get("llama-3.1-8b"), db.hardware.get("l40s")
+        one = run(spec, hw, B=8, tp=1, dp=1)
+        two = run(spec, hw, B=16, tp=1, dp=2)
+        assert two["decode_tps_per_seq"] == pytest.approx(one["decode_tps_per_seq"])
+        assert two["decode_tps_total"] == pytest.approx(2 * one["decode_tps_total"])
+        assert two["max_batch"] == 2 * one["max_batch"]
+
+    def test_tensor_parallel_adds_two_allreduces_per_layer(self, db):
+        from estimator.columns import hardware_columns
+        spec, hw = db.models.get("llama-2-7b"), db.hardware.get("a100")
+        link = float(hardware_columns([hw])["link_bytes_per_s"][0])
+        latency = 20e-6
+        r = run(spec, hw, B=1, tp=4, ideal=False)
+        message = 1 * 4096 * 2
+        expected = 2 * 32 * (latency + 2 * 3 / 4 * message / link)
+        assert r["decode_communication_s"] == pytest.approx(expected, rel=1e-9)
+
+    def test_expert_parallel_swaps_moe_allreduce_for_all_to_all(self, db):
+        spec, hw = db.models.get("Qwen/Qwen3-30B-A3B"), db.hardware.get("h100")
+        tp_only = run(spec, hw, B=64, tp=4, ep=1, ideal=False)
+        with_ep = run(spec, hw, B=64, tp=4, ep=4, ideal=False)
+        assert with_ep["decode_communication_s"] != tp_only["decode_communication_s"]
+        assert with_ep["memory_weights_bytes"] == pytest.approx(tp_only["memory_weights_bytes"])

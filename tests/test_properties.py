@@ -112,6 +112,7 @@ def test_sweep_equals_a_loop_of_estimates():
     models, gpus, fmts = ["llama-3.1-8b", "mixtral-8x7b"], ["h100", "rtx 4090", "m2 ultra"], ["bf16", "Q4_K_M"]
     batches, prompts, outputs = [1, 16], [128, 4096], [64]
     table = sweep(models, gpus, fmts, ["f16", "fp8"], batches, prompts, outputs, [1])
+    assert table.labels["layout"] == ["tp1 pp1 ep1 dp1"]
     assert len(table) == 2 * 3 * 2 * 2 * 2 * 2
     i = 0
     for model in models:

@@ -1,0 +1,89 @@
+"""The workload and the deployment layout, validated at the edge.
+
+A workload is concurrent sequences, prompt tokens and output tokens; a layout
+says how the model spreads over devices (:mod:`estimator.parallel` has the
+formulas). Impossible combinations are rejected here, with what would work.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from estimator.errors import ConfigurationError
+from estimator.model import ModelSpec
+
+
+class Layout(BaseModel):
+    """How a deployment spreads over devices: tp × pp devices per replica, dp replicas, ep expert ranks."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = Field(default=1, ge=1, description="tensor-parallel ranks")
+    pp: int = Field(default=1, ge=1, description="pipeline stages")
+    ep: int = Field(default=1, ge=1, description="expert-parallel ranks (within the TP group)")
+    dp: int = Field(default=1, ge=1, description="data-parallel replicas")
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def label(self) -> str:
+        return f"tp{self.tp} pp{self.pp} ep{self.ep} dp{self.dp}"
+
+    @classmethod
+    def from_devices(cls, devices: int | None = None, tp: int | None = None, pp: int = 1, ep: int = 1) -> "Layout":
+        """Fill in what is not given: N devices alone means TP over all of them; TP and PP alone use tp·pp devices."""
+        for name, value in (("devices", devices), ("tp", tp), ("pp", pp), ("ep", ep)):
+            if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+                raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
+        if tp is None:
+            devices = devices or pp
+            if devices % pp:
+                raise ConfigurationError(f"{devices} devices cannot form {pp} pipeline stages; use a multiple of {pp}")
+            tp = devices // pp
+        devices = devices or tp * pp
+        if devices % (tp * pp):
+            raise ConfigurationError(
+                f"{devices} devices cannot hold replicas of tp={tp} x pp={pp} = {tp * pp} devices; "
+                f"use a multiple of {tp * pp}, or change --tp/--pp")
+        return cls(tp=tp, pp=pp, ep=ep, dp=devices // (tp * pp))
+
+
+def as_layout(value: "int | Layout") -> Layout:
+    """An int is a device count split by tensor parallelism."""
+    return value if isinstance(value, Layout) else Layout.from_devices(devices=value)
+
+
+def check_workload(batches: Iterable, prompts: Iterable, outputs: Iterable) -> None:
+    """Whole numbers: at least one sequence, one prompt token and one output token."""
+    checks = (("batch", batches, 1), ("prompt tokens", prompts, 1), ("output tokens", outputs, 1))
+    for label, values, minimum in checks:
+        for v in values:
+            if isinstance(v, bool) or not float(v).is_integer() or v < minimum:
+                raise ConfigurationError(f"{label} must be a whole number >= {minimum}, got {v!r}")
+
+
+def check_layout(model: ModelSpec, layout: Layout) -> None:
+    """Reject layouts the model cannot be split into, saying what would work."""
+    sh = model.shape
+    if sh.num_attention_heads % layout.tp:
+        raise ConfigurationError(
+            f"{model.name} has {sh.num_attention_heads} attention heads, which tp={layout.tp} tensor-parallel ranks "
+            f"cannot split evenly; use a tp that divides {sh.num_attention_heads}")
+    if sh.num_kv_heads % layout.tp and layout.tp % sh.num_kv_heads:
+        raise ConfigurationError(
+            f"{model.name} has {sh.num_kv_heads} KV heads: tp={layout.tp} must divide them or be a multiple of them")
+    if layout.pp > sh.num_layers:
+        raise ConfigurationError(f"pp={layout.pp} pipeline stages exceed {model.name}'s {sh.num_layers} layers")
+    if layout.ep > 1:
+        if sh.moe is None:
+            raise ConfigurationError(f"ep={layout.ep}: {model.name} is dense; expert parallelism needs an MoE model")
+        if sh.moe.num_experts % layout.ep or layout.tp % layout.ep:
+            raise ConfigurationError(
+                f"ep={layout.ep} must divide both {model.name}'s {sh.moe.num_experts} experts and tp={layout.tp} "
+                "(experts are split within the tensor-parallel group)")
+
+
