@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from pydantic import ValidationError
 
 from estimator.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
 from estimator.db import Database, load_database
@@ -20,7 +21,8 @@ from estimator.hardware import Hardware
 from estimator.hf_config import load_config_json
 from estimator.model import ModelSpec
 from estimator.results import AXES, ResultTable
-from estimator.workload import Layout, as_layout, check_layout, check_workload
+from estimator.errors import ConfigurationError
+from estimator.workload import Layout, ServingOptions, as_layout, check_layout, check_workload
 
 # The columns a sweep returns unless ``detail=True`` asks for the ledgers too.
 MAIN_COLUMNS = (
@@ -55,7 +57,7 @@ def resolve_kv_format(fmt: str | KVFormat) -> KVFormat:
 def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
           weight_formats: Sequence[str | WeightFormat] = ("bf16",), kv_formats: Sequence[str | KVFormat] = ("f16",),
           batches: Sequence[int] = (1,), prompt_tokens: Sequence[int] = (512,), output_tokens: Sequence[int] = (256,),
-          layouts: Sequence[int | Layout] = (1,), *, fused_attention: bool = True, detail: bool = False,
+          layouts: Sequence[int | Layout] = (1,), *, serving: ServingOptions | None = None, detail: bool = False,
           db: Database | None = None) -> ResultTable:
     """Estimate every combination of the given lists (their cartesian product).
 
@@ -68,8 +70,8 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         Concurrent sequences (over all replicas), prompt length, generated tokens.
     layouts : sequence of int or Layout
         Device layouts; an int N means tensor parallelism over N devices.
-    fused_attention : bool
-        FlashAttention-style kernels (True) or eager attention that writes the score matrix.
+    serving : ServingOptions
+        KV allocation (paged/contiguous, block size), cached prefix, fused or unfused attention.
     detail : bool
         Also return the FLOP and byte ledgers and the time split per phase.
 
@@ -93,7 +95,9 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     fmts = [resolve_weight_format(f) for f in weight_formats]
     kvs = [resolve_kv_format(k) for k in kv_formats]
     layout_specs = [as_layout(v) for v in layouts]
+    serving = serving or ServingOptions()
     check_workload(batches, prompt_tokens, output_tokens)
+    serving.check(prompt_tokens)
     for spec in model_specs:
         for layout in layout_specs:
             check_layout(spec, layout)
@@ -115,7 +119,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         peak_linear_flops_per_s=peaks.T.reshape(1, sizes[1], sizes[2], 1, 1, 1, 1, 1),
         layout={k: values_on_axis([getattr(x, k) for x in layout_specs], 4) for k in ("tp", "pp", "ep", "dp")},
         B=values_on_axis(batches, 5), T=values_on_axis(prompt_tokens, 6),
-        O=values_on_axis(output_tokens, 7), fused_attention=fused_attention)
+        O=values_on_axis(output_tokens, 7), serving=serving.columns())
     keep = results if detail else {k: results[k] for k in MAIN_COLUMNS}
     columns = {k: np.broadcast_to(v, sizes).ravel() for k, v in keep.items()}
     grids = np.unravel_index(np.arange(int(np.prod(sizes))), sizes)
@@ -126,6 +130,14 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         "output_tokens": list(output_tokens),
     }
     return ResultTable(columns=columns, index=dict(zip(AXES, grids)), labels=labels, compute_dtypes=dtypes)
+
+
+def _serving(**options) -> ServingOptions:
+    try:
+        return ServingOptions(**options)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigurationError(f"invalid serving options: {problems}") from None
 
 
 @dataclass(frozen=True)
@@ -145,7 +157,7 @@ class Estimate:
     batch: int
     prompt_tokens: int
     output_tokens: int
-    fused_attention: bool
+    serving: ServingOptions
     compute_dtype: str
     results: dict
     warnings: tuple[str, ...] = ()
@@ -166,7 +178,7 @@ class Estimate:
             "n_gpus": self.layout.devices, **self.layout.model_dump(),
             "weight_format": self.weight_format.name, "kv_format": self.kv_format.name,
             "compute_dtype": self.compute_dtype, "batch": self.batch, "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens, "fused_attention": self.fused_attention,
+            "output_tokens": self.output_tokens, **self.serving.model_dump(),
             "efficiency_source": "datasheet peaks x default efficiencies (no calibration profile)",
             **results, "warnings": list(self.warnings),
         }
@@ -174,8 +186,8 @@ class Estimate:
 
 def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None = None, tp: int | None = None,
              pp: int = 1, ep: int = 1, weight_format: str = "bf16", kv_format: str = "f16", batch: int = 1,
-             prompt_tokens: int = 512, output_tokens: int = 256, fused_attention: bool = True,
-             db: Database | None = None) -> Estimate:
+             prompt_tokens: int = 512, output_tokens: int = 256, kv_alloc: str = "paged", kv_block_tokens: int = 16,
+             prefix_tokens: int = 0, attention: str = "fused", db: Database | None = None) -> Estimate:
     """Estimate TTFT, decode speed and memory fit for one configuration.
 
     Parameters are as in :func:`sweep`, one value each; the layout is given by
@@ -197,8 +209,10 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     db = db or load_database()
     spec, device = resolve_model(model, db), resolve_hardware(gpu, db)
     layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep)
+    serving = _serving(kv_alloc=kv_alloc, kv_block_tokens=kv_block_tokens, prefix_tokens=prefix_tokens,
+                       attention=attention)
     table = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
-                  [layout], fused_attention=fused_attention, detail=True, db=db)
+                  [layout], serving=serving, detail=True, db=db)
     row = table.row(0)
     warnings = []
     if prompt_tokens + output_tokens > spec.shape.max_context:
@@ -207,7 +221,7 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     return Estimate(
         model=spec, hardware=device, weight_format=resolve_weight_format(weight_format),
         kv_format=resolve_kv_format(kv_format), layout=layout, batch=batch, prompt_tokens=prompt_tokens,
-        output_tokens=output_tokens, fused_attention=fused_attention, compute_dtype=row.pop("compute_dtype"),
+        output_tokens=output_tokens, serving=serving, compute_dtype=row.pop("compute_dtype"),
         results={k: v for k, v in row.items() if k not in AXES}, warnings=tuple(warnings))
 
 
@@ -225,7 +239,8 @@ class Configuration:
     output_tokens: int
 
 
-def evaluate_configurations(configs: Sequence[Configuration], fused_attention: bool = True) -> dict[str, np.ndarray]:
+def evaluate_configurations(configs: Sequence[Configuration],
+                            serving: ServingOptions | None = None) -> dict[str, np.ndarray]:
     """Evaluate an arbitrary list of configurations in one vectorized call (rows, not a product)."""
     check_workload([c.batch for c in configs], [c.prompt_tokens for c in configs], [c.output_tokens for c in configs])
 
@@ -245,4 +260,4 @@ def evaluate_configurations(configs: Sequence[Configuration], fused_attention: b
                     O=[c.output_tokens for c in configs],
                     layout={k: np.array([getattr(c.layout, k) for c in configs], dtype=float)
                             for k in ("tp", "pp", "ep", "dp")},
-                    fused_attention=fused_attention)
+                    serving=(serving or ServingOptions()).columns())

@@ -42,8 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--batch", type=int, default=1, help="concurrent sequences (default 1)")
     est.add_argument("--prompt", type=int, default=512, help="prompt tokens per sequence (default 512)")
     est.add_argument("--output", type=int, default=256, help="generated tokens per sequence (default 256)")
-    est.add_argument("--unfused-attention", action="store_true",
-                     help="eager attention that writes the score matrix (default: FlashAttention-style)")
+    est.add_argument("--attention", choices=("fused", "unfused"), default="fused",
+                     help="fused (FlashAttention-style, default) or unfused attention that writes the score matrix")
+    est.add_argument("--kv-alloc", choices=("paged", "contiguous"), default="paged",
+                     help="paged KV blocks (default) or contiguous per-request reservation")
+    est.add_argument("--kv-block", type=int, default=16, help="tokens per paged KV block (default 16)")
+    est.add_argument("--prefix-tokens", type=int, default=0,
+                     help="prompt prefix shared by all requests (e.g. a system prompt), cached once (default 0)")
     est.add_argument("--json", action="store_true", help="print one JSON object (base units: s, bytes)")
     _add_db(est)
 
@@ -83,7 +88,8 @@ def run(args: argparse.Namespace) -> str:
         e = estimate(args.model, args.gpu, n_gpus=args.gpus, tp=args.tp, pp=args.pp, ep=args.ep,
                      weight_format=args.format, kv_format=args.kv_format,
                      batch=args.batch, prompt_tokens=args.prompt, output_tokens=args.output,
-                     fused_attention=not args.unfused_attention, db=db)
+                     kv_alloc=args.kv_alloc, kv_block_tokens=args.kv_block, prefix_tokens=args.prefix_tokens,
+                     attention=args.attention, db=db)
         return json.dumps(e.to_dict(), indent=2) if args.json else format_estimate(e)
     if args.command == "list":
         return catalog.list_entries(db, args)

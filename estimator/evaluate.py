@@ -13,6 +13,7 @@ import numpy as np
 from estimator import flops as fl
 from estimator import traffic as tr
 from estimator.efficiency import GENERIC_ENGINE, EngineDefaults
+from estimator.kvcache import PAGED_BLOCK_TOKENS
 from estimator.memory import memory_fit
 from estimator.parallel import micro_batches, pipeline_transfer_time, stage_communication_time
 from estimator.roofline import bound_of, pass_time
@@ -42,7 +43,10 @@ def _phase(stage: dict, passes, per_step_s, transfer_s) -> dict:
     return out
 
 
-def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, fused_attention=True,
+DEFAULT_SERVING = {"paged": True, "block_tokens": PAGED_BLOCK_TOKENS, "prefix_tokens": 0, "fused_attention": True}
+
+
+def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=None,
              engine: EngineDefaults = GENERIC_ENGINE) -> dict[str, np.ndarray]:
     """Prefill, decode and memory for every configuration the inputs broadcast to.
 
@@ -56,6 +60,9 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, fused_atten
         Concurrent sequences (over all replicas), prompt tokens, output tokens.
     layout : dict
         ``tp``, ``pp``, ``ep``, ``dp`` arrays (:mod:`estimator.parallel`).
+    serving : dict
+        ``paged`` KV allocation, ``block_tokens``, cached ``prefix_tokens`` per prompt,
+        ``fused_attention`` (:data:`DEFAULT_SERVING` when omitted).
 
     Notes
     -----
@@ -67,6 +74,8 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, fused_atten
     """
     B, T, O = (np.asarray(a, dtype=float) for a in (B, T, O))
     tp, pp, ep, dp = (np.asarray(layout[k], dtype=float) for k in ("tp", "pp", "ep", "dp"))
+    serving = {**DEFAULT_SERVING, **(serving or {})}
+    fused_attention, cached = serving["fused_attention"], np.asarray(serving["prefix_tokens"], dtype=float)
     kv_bits = kv["kv_bits"]
     rates = effective_rates(hw, f, peak_linear_flops_per_s, engine)
     latency_s = engine.allreduce_latency_s
@@ -76,12 +85,13 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, fused_atten
     b = replica_batch / micro                                 # sequences per micro-batch
     stage_overhead_s = m["layers"] / pp * engine.per_layer_s
 
-    prefill_flops = fl.prefill_flops(m, b, T)
-    prefill_bytes = tr.prefill_bytes(m, f, kv_bits, b, T, tp, fused_attention)
+    new_tokens = b * (T - cached)
+    prefill_flops = fl.prefill_flops(m, b, T, cached)
+    prefill_bytes = tr.prefill_bytes(m, f, kv_bits, b, T, tp, fused_attention, cached)
     prefill_stage = pass_time(prefill_flops, prefill_bytes, rates, replica_devices, stage_overhead_s,
-                              stage_communication_time(m, hw, b * T, tp, pp, ep, latency_s))
+                              stage_communication_time(m, hw, new_tokens, tp, pp, ep, latency_s))
     prefill = _phase(prefill_stage, micro + pp - 1, engine.per_step_s,
-                     pipeline_transfer_time(m, hw, b * T, pp, latency_s))
+                     pipeline_transfer_time(m, hw, new_tokens, pp, latency_s))
     ttft_s = np.where(T > 0, prefill["time_s"], 0.0)
 
     lo, hi, steps = decode_context_range(T, O)
@@ -99,7 +109,7 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, fused_atten
     out = {
         "ttft_s": ttft_s,
         "micro_batches": micro,
-        "prefill_tps": B * T / np.where(ttft_s > 0, ttft_s, 1.0),
+        "prefill_tps": B * (T - cached) / np.where(ttft_s > 0, ttft_s, 1.0),
         "itl_s": itl_s,
         "decode_tps_per_seq": 1.0 / itl_s,
         "decode_tps_total": B / itl_s,
@@ -125,6 +135,8 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, fused_atten
         for term, value in ledger.items():
             out[f"{name}_{term}"] = value
         out[f"{name}_total"] = sum(ledger.values())
-    out.update(memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, fused_attention))
+    out.update(memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving))
     out["max_batch"] = out["max_batch"] * dp
+    out["max_concurrency"] = out["max_batch"]
+    out["kv_cache_bytes_per_token"] = tr.kv_bytes_per_token_layer(m, kv_bits) * m["layers"] + 0 * B
     return out

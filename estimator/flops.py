@@ -22,20 +22,27 @@ def matmul_params_per_token(m):
     return m["params_dense_linear"] + m["params_routed_one"] * m["experts_per_token"] * m["moe_layers"]
 
 
-def prefill_flops(m, B, T):
-    """FLOPs to prefill B prompts of T tokens.
+def prefill_pairs(m, T, cached=0):
+    """(query, key) pairs over all layers when tokens cached+1 .. T are prefilled."""
+    global_layers = m["layers"] - m["local_layers"]
+    return (global_layers * (causal_pairs(T, 0) - causal_pairs(cached, 0))
+            + m["local_layers"] * (causal_pairs(T, m["window"]) - causal_pairs(cached, m["window"])))
+
+
+def prefill_flops(m, B, T, cached=0):
+    """FLOPs to prefill B prompts of T tokens whose first ``cached`` tokens are already in the KV cache.
 
     Notes
     -----
-    linear    = 2 · P_matmul · B · T
-    attention = B · f_pair · Σ_layers causal_pairs(T, W_layer), with f_pair = 4·n_h·d_h
-                (QKᵀ and AV; causal: T(T+1)/2 pairs, not T², servcalc / FORMULAS.md §5)
+    linear    = 2 · P_matmul · B · (T − c)
+    attention = B · f_pair · Σ_layers [causal_pairs(T, W) − causal_pairs(c, W)], f_pair = 4·n_h·d_h
+                (QKᵀ and AV; causal: T(T+1)/2 pairs, not T²; the new tokens attend to the cached
+                ones too: servcalc's chunk formula T·c + T(T+1)/2, FORMULAS.md §5)
     head      = 2 · d · V · B — logits for the last position only
     """
-    global_layers = m["layers"] - m["local_layers"]
-    pairs = global_layers * causal_pairs(T, 0) + m["local_layers"] * causal_pairs(T, m["window"])
+    pairs = prefill_pairs(m, T, cached)
     return {
-        "linear": 2.0 * matmul_params_per_token(m) * B * T,
+        "linear": 2.0 * matmul_params_per_token(m) * B * (T - cached),
         "attention": m["attn_flops_prefill_per_pair_layer"] * pairs * B,
         "head": 2.0 * m["params_head"] * B,
     }

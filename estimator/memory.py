@@ -6,8 +6,8 @@ available = capacity × usable fraction
 - Weights count **all** parameters, every expert included (llmfit #230 counted
   active parameters and recommended models that do not fit).
 - The KV cache is allocated for the whole context (prompt + output) of every
-  sequence; sliding-window layers keep at most W tokens. Paged allocation and
-  engine memory fractions (vLLM's pre-reserved 0.9) are the serving-level model's.
+  sequence, in paged blocks or contiguously (:mod:`estimator.kvcache`); a cached
+  prefix is stored once; sliding-window layers keep at most W tokens.
 - The activation workspace is the prefill peak: one layer's matmul outputs for
   the prompt tokens of one forward pass, the fp32 logits of the last positions
   and, without fused attention, one layer's T×T score matrices. Engines prefill
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from estimator.kvcache import allocated_tokens
 from estimator.traffic import (ACTIVATION_BYTES, LOGIT_BYTES, kv_bytes_per_token_layer,
                                kv_replication, weight_bytes_stored)
 
@@ -45,21 +46,29 @@ def activation_workspace_bytes(m, B, T, fused_attention):
     return matmul_outputs + scores + np.minimum(B, sequences) * m["vocab"] * LOGIT_BYTES
 
 
-def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, fused_attention):
-    """Per-device footprint of one replica of tp × pp devices serving B sequences, and its largest batch."""
+def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving):
+    """Per-device footprint of one replica of tp × pp devices serving B sequences, and its largest batch.
+
+    ``serving`` holds ``paged``, ``block_tokens``, ``prefix_tokens`` and ``fused_attention``
+    (:mod:`estimator.kvcache`); a cached prefix is stored once per replica.
+    """
     n = np.asarray(tp, dtype=float) * pp
+    paged, block, prefix = serving["paged"], serving["block_tokens"], serving["prefix_tokens"]
+    fused_attention = serving["fused_attention"]
     weights = weight_bytes_stored(m, f) / n
-    kv_per_seq = kv_cache_bytes_per_sequence(m, kv_bits, T + O, tp) / n
+    own_slots = allocated_tokens(T + O - prefix, paged, block, m["max_context"])
+    shared = kv_cache_bytes_per_sequence(m, kv_bits, allocated_tokens(prefix, paged, block, m["max_context"]), tp) / n
+    kv_per_seq = kv_cache_bytes_per_sequence(m, kv_bits, own_slots, tp) / n
     activations = activation_workspace_bytes(m, B, T, fused_attention) / tp
     full_budget = activation_workspace_bytes(m, 1e15, T, fused_attention) / tp  # as many prompts as the budget holds
     reserve = hw["runtime_reserve_bytes"]
     available = hw["capacity_bytes"] * hw["usable_memory_fraction"]
-    required = weights + B * kv_per_seq + activations + reserve
-    room = available - weights - reserve - full_budget
+    required = weights + shared + B * kv_per_seq + activations + reserve
+    room = available - weights - shared - reserve - full_budget
     max_batch = np.floor(np.maximum(room, 0) / kv_per_seq)
     return {
         "memory_weights_bytes": weights,
-        "memory_kv_cache_bytes": B * kv_per_seq,
+        "memory_kv_cache_bytes": shared + B * kv_per_seq,
         "memory_activation_bytes": activations,
         "memory_reserve_bytes": reserve + 0 * weights,
         "memory_required_bytes": required,

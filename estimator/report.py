@@ -101,7 +101,9 @@ def format_estimate(e: Estimate) -> str:
         f"{e.model.name} on {e.layout.devices} x {hw.name} ({_layout_text(e.layout)}): weights "
         f"{e.weight_format.name} (math in {e.compute_dtype}), KV cache {e.kv_format.name}",
         f"workload: batch {e.batch}, prompt {e.prompt_tokens} tokens, output {e.output_tokens} tokens, "
-        f"{'fused (FlashAttention-style)' if e.fused_attention else 'unfused'} attention",
+        f"{'fused (FlashAttention-style)' if e.serving.attention == 'fused' else 'unfused'} attention, "
+        f"{e.serving.kv_alloc} KV cache" + (f", {e.serving.prefix_tokens}-token cached prefix"
+                                            if e.serving.prefix_tokens else ""),
         f"device: {bw / TB:.2f} TB/s, {peak / TFLOPS:,.0f} TFLOPS dense {e.compute_dtype}, "
         f"{hw.memory_capacity_bytes / 2**30:.0f} GiB {hw.memory.type.value}",
     ]

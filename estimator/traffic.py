@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.span import causal_pairs
+from estimator.flops import prefill_pairs
 
 ACTIVATION_BYTES = 2          # bf16/fp16 activations
 LOGIT_BYTES = 4               # fp32 logits for sampling
@@ -89,17 +89,17 @@ def activation_bytes(m, f, tokens):
     return tokens * (per_token + embedding_rows)
 
 
-def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention):
-    """Bytes moved to prefill B prompts of T tokens (totals over the replica)."""
-    tokens = B * T
+def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0):
+    """Bytes moved to prefill B prompts of T tokens, the first ``cached`` already in the cache (replica totals)."""
+    new = T - cached
+    tokens = B * new
     kv_layer = kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, tp)
-    global_layers = m["layers"] - m["local_layers"]
-    pairs = global_layers * causal_pairs(T, 0) + m["local_layers"] * causal_pairs(T, m["window"])
+    pairs = prefill_pairs(m, T, cached)
     # fused: each query tile re-reads the K/V its rows attend to; unfused: K/V once plus the scores
     kv_rereads = np.maximum(pairs / FLASH_QUERY_TILE, m["layers"] * T)
     fused = B * kv_layer * kv_rereads
     unfused = B * (kv_layer * m["layers"] * T
-                   + UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * m["layers"] * T * T)
+                   + UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * m["layers"] * new * T)
     q_and_out = 2 * tokens * m["layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
     return {
         "weights": weight_bytes_streamed(m, f, tokens),

@@ -7,7 +7,7 @@ formulas). Impossible combinations are rejected here, with what would work.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -87,3 +87,29 @@ def check_layout(model: ModelSpec, layout: Layout) -> None:
                 "(experts are split within the tensor-parallel group)")
 
 
+
+
+class ServingOptions(BaseModel):
+    """How the engine manages the KV cache and attention (:mod:`estimator.kvcache`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kv_alloc: Literal["paged", "contiguous"] = Field(default="paged", description="KV-cache allocation")
+    kv_block_tokens: int = Field(default=16, ge=1, description="tokens per KV block when paged (vLLM default 16)")
+    prefix_tokens: int = Field(default=0, ge=0, description="prompt prefix shared by all requests, cached once")
+    attention: Literal["fused", "unfused"] = Field(
+        default="fused", description="FlashAttention-style fused kernels, or eager attention writing the scores")
+
+    def columns(self) -> dict:
+        """The arrays :func:`estimator.evaluate.evaluate` reads."""
+        return {"paged": self.kv_alloc == "paged", "block_tokens": float(self.kv_block_tokens),
+                "prefix_tokens": float(self.prefix_tokens), "fused_attention": self.attention == "fused"}
+
+    def check(self, prompts: Iterable[int]) -> None:
+        """A cached prefix needs paged blocks and must be shorter than every prompt."""
+        if self.prefix_tokens and self.kv_alloc != "paged":
+            raise ConfigurationError("prefix caching shares paged KV blocks; use --kv-alloc paged with --prefix-tokens")
+        short = [p for p in prompts if p <= self.prefix_tokens]
+        if short:
+            raise ConfigurationError(
+                f"the cached prefix ({self.prefix_tokens} tokens) must be shorter than the prompt; got prompts {short}")

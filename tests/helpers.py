@@ -15,7 +15,7 @@ IDEAL_ENGINE = EngineDefaults(
 
 
 def run(spec, hw, fmt="f16", kv="f16", B=1, T=512, O=256, n_gpus=1, ideal=True, fused=True,
-        tp=None, pp=1, ep=1, dp=1, **overrides):
+        tp=None, pp=1, ep=1, dp=1, serving=None, **overrides):
     """Evaluate one configuration; ``ideal`` sets every efficiency to 1 and overheads to 0."""
     f = weight_format(fmt)
     hw_cols = hardware_columns([hw])
@@ -31,7 +31,7 @@ def run(spec, hw, fmt="f16", kv="f16", B=1, T=512, O=256, n_gpus=1, ideal=True, 
     kwargs = {"engine": IDEAL_ENGINE} if ideal else {}
     layout = {"tp": tp or n_gpus, "pp": pp, "ep": ep, "dp": dp}
     out = evaluate(m_cols, hw_cols, f_cols, kv_columns([kv_format(kv)]), peaks[0], B, T, O, layout,
-                   fused_attention=fused, **kwargs)
+                   serving={"fused_attention": fused, **(serving or {})}, **kwargs)
     return {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
 
 

@@ -190,3 +190,21 @@ def test_layout_flags_reach_the_json(capsys):
                        "--pp", "1", "--batch", "16", "--json")
     data = json.loads(out)
     assert code == 0 and (data["tp"], data["pp"], data["dp"], data["n_gpus"]) == (4, 1, 2, 8)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--kv-alloc", "contiguous", "--prefix-tokens", "100"], "prefix caching shares paged KV blocks"),
+    (["--prefix-tokens", "600", "--prompt", "512"], "must be shorter than the prompt"),
+    (["--kv-block", "0"], "invalid serving options: kv_block_tokens"),
+])
+def test_bad_serving_options(capsys, argv, message):
+    code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", *argv)
+    assert code == 1 and message in err
+
+
+def test_serving_options_reach_json(capsys):
+    code, out, _ = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--kv-alloc", "contiguous",
+                       "--attention", "unfused", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["kv_alloc"] == "contiguous" and data["attention"] == "unfused"
+    assert data["max_concurrency"] == data["max_batch"] and data["kv_cache_bytes_per_token"] == 131072
