@@ -15,14 +15,15 @@ from pydantic import ValidationError
 
 from estimator.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
 from estimator.db import Database, load_database
-from estimator.evaluate import evaluate
+from estimator.efficiency import GENERIC_ENGINE
+from estimator.evaluate import effective_rates, evaluate
 from estimator.formats import KVFormat, WeightFormat, kv_format, weight_format
 from estimator.hardware import Hardware
 from estimator.hf_config import load_config_json
 from estimator.model import ModelSpec
 from estimator.results import AXES, ResultTable
 from estimator.errors import ConfigurationError
-from estimator.workload import Layout, ServingOptions, as_layout, check_layout, check_workload
+from estimator.workload import DEFAULT_HOST_CPU, Layout, ServingOptions, as_layout, check_layout, check_workload
 
 # The columns a sweep returns unless ``detail=True`` asks for the ledgers too.
 MAIN_COLUMNS = (
@@ -97,7 +98,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     layout_specs = [as_layout(v) for v in layouts]
     serving = serving or ServingOptions()
     check_workload(batches, prompt_tokens, output_tokens)
-    serving.check(prompt_tokens)
+    serving.check(prompt_tokens, model_specs, layout_specs)
     for spec in model_specs:
         for layout in layout_specs:
             check_layout(spec, layout)
@@ -113,9 +114,15 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         return on_axis({"v": np.asarray(values, dtype=float)}, axis)["v"]
 
     peaks, dtypes = compute_peak_table(fmts, devices)
+    f_columns = on_axis(format_columns(fmts), 2)
+    host = None
+    if serving.gpu_layers is not None:
+        cpu = resolve_hardware(serving.host_cpu, db)
+        host_peaks, _ = compute_peak_table(fmts, [cpu])
+        host = effective_rates(hardware_columns([cpu]), f_columns, values_on_axis(host_peaks[:, 0], 2), GENERIC_ENGINE)
     results = evaluate(
         m=on_axis(model_columns(model_specs), 0), hw=on_axis(hardware_columns(devices), 1),
-        f=on_axis(format_columns(fmts), 2), kv=on_axis(kv_columns(kvs), 3),
+        f=f_columns, kv=on_axis(kv_columns(kvs), 3), host=host,
         peak_linear_flops_per_s=peaks.T.reshape(1, sizes[1], sizes[2], 1, 1, 1, 1, 1),
         layout={k: values_on_axis([getattr(x, k) for x in layout_specs], 4) for k in ("tp", "pp", "ep", "dp")},
         B=values_on_axis(batches, 5), T=values_on_axis(prompt_tokens, 6),
@@ -187,7 +194,8 @@ class Estimate:
 def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None = None, tp: int | None = None,
              pp: int = 1, ep: int = 1, weight_format: str = "bf16", kv_format: str = "f16", batch: int = 1,
              prompt_tokens: int = 512, output_tokens: int = 256, kv_alloc: str = "paged", kv_block_tokens: int = 16,
-             prefix_tokens: int = 0, attention: str = "fused", db: Database | None = None) -> Estimate:
+             prefix_tokens: int = 0, attention: str = "fused", offload: str = "none", gpu_layers: int | None = None,
+             host_cpu: str = DEFAULT_HOST_CPU, db: Database | None = None) -> Estimate:
     """Estimate TTFT, decode speed and memory fit for one configuration.
 
     Parameters are as in :func:`sweep`, one value each; the layout is given by
@@ -210,7 +218,7 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     spec, device = resolve_model(model, db), resolve_hardware(gpu, db)
     layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep)
     serving = _serving(kv_alloc=kv_alloc, kv_block_tokens=kv_block_tokens, prefix_tokens=prefix_tokens,
-                       attention=attention)
+                       attention=attention, offload=offload, gpu_layers=gpu_layers, host_cpu=host_cpu)
     table = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
                   [layout], serving=serving, detail=True, db=db)
     row = table.row(0)

@@ -49,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--kv-block", type=int, default=16, help="tokens per paged KV block (default 16)")
     est.add_argument("--prefix-tokens", type=int, default=0,
                      help="prompt prefix shared by all requests (e.g. a system prompt), cached once (default 0)")
+    est.add_argument("--offload", choices=("none", "auto"), default="none",
+                     help="auto: weights that do not fit stream from host memory over PCIe/NVLink-C2C (default none)")
+    est.add_argument("--gpu-layers", type=int, help="llama.cpp-style partial offload: N layers on the GPU, "
+                                                    "the rest computed by the host CPU (--host-cpu)")
+    est.add_argument("--host-cpu", default="AMD Ryzen 9 7950X", help="host CPU for --gpu-layers (default 7950X)")
     est.add_argument("--json", action="store_true", help="print one JSON object (base units: s, bytes)")
     _add_db(est)
 
@@ -89,7 +94,8 @@ def run(args: argparse.Namespace) -> str:
                      weight_format=args.format, kv_format=args.kv_format,
                      batch=args.batch, prompt_tokens=args.prompt, output_tokens=args.output,
                      kv_alloc=args.kv_alloc, kv_block_tokens=args.kv_block, prefix_tokens=args.prefix_tokens,
-                     attention=args.attention, db=db)
+                     attention=args.attention, offload=args.offload, gpu_layers=args.gpu_layers,
+                     host_cpu=args.host_cpu, db=db)
         return json.dumps(e.to_dict(), indent=2) if args.json else format_estimate(e)
     if args.command == "list":
         return catalog.list_entries(db, args)

@@ -95,6 +95,8 @@ def hardware_columns(devices: Sequence[Hardware]) -> Columns:
         "capacity_bytes": np.array([hw.memory_capacity_bytes for hw in devices]),
         "attention_flops_per_s": np.array([_first_peak(hw, ATTENTION_DTYPES)[1] for hw in devices]),
         "link_bytes_per_s": np.array([_link_bandwidth(hw) for hw in devices]),
+        "host_link_bytes_per_s": np.array([FALLBACK_LINK_BYTES_PER_S if hw.host_link is None
+                                           else hw.host_link.bandwidth.base for hw in devices]),
         "device_bandwidth_eff": np.array([d.bandwidth_eff for d in defaults]),
         "device_compute_eff": np.array([d.compute_eff for d in defaults]),
         "usable_memory_fraction": np.array([d.usable_memory_fraction for d in defaults]),

@@ -8,6 +8,8 @@ shape. It knows nothing of YAML or printing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from estimator import flops as fl
@@ -15,9 +17,14 @@ from estimator import traffic as tr
 from estimator.efficiency import GENERIC_ENGINE, EngineDefaults
 from estimator.kvcache import PAGED_BLOCK_TOKENS
 from estimator.memory import memory_fit
+from estimator.offload import LAYERS, NONE, device_weight_share, streaming_time
 from estimator.parallel import micro_batches, pipeline_transfer_time, stage_communication_time
 from estimator.roofline import bound_of, pass_time
 from estimator.span import decode_context_range, mean_span
+
+DEFAULT_SERVING = {"paged": True, "block_tokens": PAGED_BLOCK_TOKENS, "prefix_tokens": 0, "fused_attention": True,
+                   "offload": NONE, "gpu_layers": 0}
+PARTS = ("linear_s", "attention_s", "communication_s", "offload_s", "overhead_s", "compute_s", "memory_s")
 
 
 def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
@@ -32,22 +39,64 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
     }
 
 
-def _phase(stage: dict, passes, per_step_s, transfer_s) -> dict:
-    """A phase made of ``passes`` stage passes, plus the per-step overhead and pipeline transfers."""
-    out = {k: v * passes for k, v in stage.items() if k.endswith("_s")}
-    out["overhead_s"] = out["overhead_s"] + per_step_s
-    out["communication_s"] = out["communication_s"] + transfer_s
-    out["time_s"] = out["time_s"] + per_step_s + transfer_s
-    out["bound"] = bound_of(out["compute_s"], out["memory_s"], out["linear_s"] + out["attention_s"],
-                            out["communication_s"], out["overhead_s"])
+@dataclass
+class _Setup:
+    """What every pass of one evaluation shares."""
+
+    m: dict
+    hw: dict
+    f: dict
+    kv_bits: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    ep: np.ndarray
+    serving: dict
+    engine: EngineDefaults
+    rates: dict
+    host_rates: dict | None
+    device_share: np.ndarray   # of the weights; the rest is offloaded
+
+
+def _stage(s: _Setup, flops: dict, bytes_: dict, tokens) -> dict:
+    """One pipeline-stage pass of a micro-batch of ``tokens`` new tokens, offload included."""
+    devices = s.tp * s.pp
+    overhead_s = s.m["layers"] / s.pp * s.engine.per_layer_s
+    communication_s = stage_communication_time(s.m, s.hw, tokens, s.tp, s.pp, s.ep, s.engine.allreduce_latency_s)
+    streamed = np.where(s.serving["offload"] == LAYERS, 0.0, 1.0) * streaming_time(
+        bytes_["weights"] / devices, s.device_share, s.hw["host_link_bytes_per_s"])
+    device = pass_time(flops, bytes_, s.rates, devices, overhead_s, communication_s, streamed)
+    device["if_fit_s"] = device["time_s"] - device["offload_s"]   # the same pass with everything on the device
+    if s.host_rates is None:
+        return device
+    # partial offload by layers: the device runs its share of the layers, the host CPU the rest
+    g = np.where(s.serving["offload"] == LAYERS, s.device_share, 1.0)
+    host_s = pass_time(flops, bytes_, s.host_rates, 1.0, overhead_s)["time_s"]
+    out = {k: g * device[k] for k in PARTS}
+    out["offload_s"] = out["offload_s"] + (1 - g) * host_s
+    out["time_s"] = g * device["time_s"] + (1 - g) * host_s
+    out["if_fit_s"] = device["if_fit_s"]
+    out["bound"] = _bound(out)
     return out
 
 
-DEFAULT_SERVING = {"paged": True, "block_tokens": PAGED_BLOCK_TOKENS, "prefix_tokens": 0, "fused_attention": True}
+def _bound(parts: dict):
+    return bound_of(parts["compute_s"], parts["memory_s"], parts["linear_s"] + parts["attention_s"],
+                    parts["communication_s"], parts["offload_s"], parts["overhead_s"])
+
+
+def _phase(stage: dict, passes, per_step_s, transfer_s) -> dict:
+    """A phase made of ``passes`` stage passes, plus the per-step overhead and pipeline transfers."""
+    out = {k: stage[k] * passes for k in PARTS + ("time_s", "if_fit_s")}
+    out["overhead_s"] = out["overhead_s"] + per_step_s
+    out["communication_s"] = out["communication_s"] + transfer_s
+    out["time_s"] = out["time_s"] + per_step_s + transfer_s
+    out["if_fit_s"] = out["if_fit_s"] + per_step_s + transfer_s
+    out["bound"] = _bound(out)
+    return out
 
 
 def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=None,
-             engine: EngineDefaults = GENERIC_ENGINE) -> dict[str, np.ndarray]:
+             engine: EngineDefaults = GENERIC_ENGINE, host=None) -> dict[str, np.ndarray]:
     """Prefill, decode and memory for every configuration the inputs broadcast to.
 
     Parameters
@@ -62,53 +111,84 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=Non
         ``tp``, ``pp``, ``ep``, ``dp`` arrays (:mod:`estimator.parallel`).
     serving : dict
         ``paged`` KV allocation, ``block_tokens``, cached ``prefix_tokens`` per prompt,
-        ``fused_attention`` (:data:`DEFAULT_SERVING` when omitted).
+        ``fused_attention``, ``offload`` mode and ``gpu_layers`` (:data:`DEFAULT_SERVING`).
+    host : dict, optional
+        The host CPU's effective ``rates`` (as :func:`effective_rates`), for partial offload by layers.
 
     Notes
     -----
     Each replica decodes B/dp sequences in m = min(B/dp, pp) micro-batches. One
     pipeline-stage pass costs the roofline time of the micro-batch's ledgers
-    divided over the replica's tp·pp devices, plus its collectives and per-layer
-    overheads; a decode cycle takes max(m, pp) stage passes and prefill
-    m + pp − 1, plus the per-step overhead and the stage-to-stage transfers.
+    divided over the replica's tp·pp devices, plus its collectives, offload
+    transfers and per-layer overheads; a decode cycle takes max(m, pp) stage
+    passes and prefill m + pp − 1, plus the per-step overhead and the
+    stage-to-stage transfers.
     """
     B, T, O = (np.asarray(a, dtype=float) for a in (B, T, O))
     tp, pp, ep, dp = (np.asarray(layout[k], dtype=float) for k in ("tp", "pp", "ep", "dp"))
     serving = {**DEFAULT_SERVING, **(serving or {})}
-    fused_attention, cached = serving["fused_attention"], np.asarray(serving["prefix_tokens"], dtype=float)
+    cached = np.asarray(serving["prefix_tokens"], dtype=float)
     kv_bits = kv["kv_bits"]
-    rates = effective_rates(hw, f, peak_linear_flops_per_s, engine)
-    latency_s = engine.allreduce_latency_s
-    replica_devices = tp * pp
     replica_batch = B / dp
     micro = micro_batches(replica_batch, pp)
     b = replica_batch / micro                                 # sequences per micro-batch
-    stage_overhead_s = m["layers"] / pp * engine.per_layer_s
 
-    new_tokens = b * (T - cached)
+    memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving)
+    share = device_weight_share(serving["offload"], serving["gpu_layers"], m["layers"],
+                                memory["memory_weights_bytes"], memory["room_for_weights_bytes"])
+    if serving["offload"] != NONE:  # re-plan the memory with the offloaded part on the host
+        kv_share = np.where(serving["offload"] == LAYERS, share, 1.0)
+        memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, share, kv_share)
+    s = _Setup(m, hw, f, kv_bits, tp, pp, ep, serving, engine, effective_rates(hw, f, peak_linear_flops_per_s, engine),
+               host, share)
+
     prefill_flops = fl.prefill_flops(m, b, T, cached)
-    prefill_bytes = tr.prefill_bytes(m, f, kv_bits, b, T, tp, fused_attention, cached)
-    prefill_stage = pass_time(prefill_flops, prefill_bytes, rates, replica_devices, stage_overhead_s,
-                              stage_communication_time(m, hw, new_tokens, tp, pp, ep, latency_s))
-    prefill = _phase(prefill_stage, micro + pp - 1, engine.per_step_s,
-                     pipeline_transfer_time(m, hw, new_tokens, pp, latency_s))
-    ttft_s = np.where(T > 0, prefill["time_s"], 0.0)
+    prefill_bytes = tr.prefill_bytes(m, f, kv_bits, b, T, tp, serving["fused_attention"], cached)
+    new_tokens = b * (T - cached)
+    prefill = _phase(_stage(s, prefill_flops, prefill_bytes, new_tokens), micro + pp - 1, engine.per_step_s,
+                     pipeline_transfer_time(m, hw, new_tokens, pp, engine.allreduce_latency_s))
 
     lo, hi, steps = decode_context_range(T, O)
     span_global, span_local = mean_span(lo, hi, 0), mean_span(lo, hi, m["window"])
     decode_flops = fl.decode_flops(m, b, span_global, span_local)
-    decode_bytes = tr.decode_bytes(m, f, kv_bits, b, span_global, span_local, tp, fused_attention)
-    decode_stage = pass_time(decode_flops, decode_bytes, rates, replica_devices, stage_overhead_s,
-                             stage_communication_time(m, hw, b, tp, pp, ep, latency_s))
-    decode = _phase(decode_stage, np.maximum(micro, pp), engine.per_step_s,
-                    pipeline_transfer_time(m, hw, b, pp, latency_s))
-    itl_s = decode["time_s"]
-    e2e_s = ttft_s + steps * itl_s
+    decode_bytes = tr.decode_bytes(m, f, kv_bits, b, span_global, span_local, tp, serving["fused_attention"])
+    decode = _phase(_stage(s, decode_flops, decode_bytes, b), np.maximum(micro, pp), engine.per_step_s,
+                    pipeline_transfer_time(m, hw, b, pp, engine.allreduce_latency_s))
 
-    matmul_flops_per_token = 2 * (fl.matmul_params_per_token(m) + m["params_head"])
-    out = {
-        "ttft_s": ttft_s,
+    out = _speeds(B, T, O, cached, prefill["time_s"], decode["time_s"], steps)
+    out.update({
         "micro_batches": micro,
+        "prefill_bound": prefill["bound"],
+        "decode_bound": decode["bound"],
+        "prefill_intensity_flops_per_byte": fl.total(prefill_flops) / sum(prefill_bytes.values()),
+        "decode_intensity_flops_per_byte": fl.total(decode_flops) / sum(decode_bytes.values()),
+        "ridge_flops_per_byte": peak_linear_flops_per_s / hw["bandwidth_bytes_per_s"],
+        "critical_batch": _critical_batch(s, b),
+        "mean_decode_context": span_global,
+    })
+    for phase, times in (("prefill", prefill), ("decode", decode)):
+        out.update({f"{phase}_{key}": times[key] for key in PARTS})
+    for name, ledger in (("prefill_flops", prefill_flops), ("prefill_bytes", prefill_bytes),
+                         ("decode_flops", decode_flops), ("decode_bytes", decode_bytes)):
+        out.update({f"{name}_{term}": value for term, value in ledger.items()})
+        out[f"{name}_total"] = sum(ledger.values())
+    memory.pop("room_for_weights_bytes")
+    out.update(memory)
+    out["max_batch"] = out["max_batch"] * dp
+    out["max_concurrency"] = out["max_batch"]
+    out["kv_cache_bytes_per_token"] = tr.kv_bytes_per_token_layer(m, kv_bits) * m["layers"] + 0 * B
+    out["offloaded_bytes"] = tr.weight_bytes_stored(m, f) / (tp * pp) * (1 - share)
+    # how much faster the same configuration would decode with everything on the device
+    out["offload_slowdown"] = decode["time_s"] / decode["if_fit_s"]
+    return out
+
+
+def _speeds(B, T, O, cached, prefill_s, itl_s, steps) -> dict:
+    """Latencies and rates from the phase times (definitions in estimator/report.py)."""
+    ttft_s = np.where(T > 0, prefill_s, 0.0)
+    e2e_s = ttft_s + steps * itl_s
+    return {
+        "ttft_s": ttft_s,
         "prefill_tps": B * (T - cached) / np.where(ttft_s > 0, ttft_s, 1.0),
         "itl_s": itl_s,
         "decode_tps_per_seq": 1.0 / itl_s,
@@ -116,27 +196,12 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=Non
         "e2e_latency_s": e2e_s,
         "tpot_inclusive_s": e2e_s / O,
         "throughput_out_tps": B * O / e2e_s,
-        "prefill_bound": prefill["bound"],
-        "decode_bound": decode["bound"],
-        "prefill_intensity_flops_per_byte": fl.total(prefill_flops) / sum(prefill_bytes.values()),
-        "decode_intensity_flops_per_byte": fl.total(decode_flops) / sum(decode_bytes.values()),
-        "ridge_flops_per_byte": peak_linear_flops_per_s / hw["bandwidth_bytes_per_s"],
-        # batch at which the decode matmuls' compute time reaches their weight-streaming time
-        "critical_batch": tr.weight_bytes_streamed(m, f, b) * rates["linear_flops_per_s"]
-        / (matmul_flops_per_token * rates["weight_bytes_per_s"]),
-        "decode_steps": steps,
-        "mean_decode_context": span_global,
+        "decode_steps": steps + 0 * itl_s,
     }
-    for phase, times in (("prefill", prefill), ("decode", decode)):
-        for key in ("linear_s", "attention_s", "communication_s", "overhead_s", "compute_s", "memory_s"):
-            out[f"{phase}_{key}"] = times[key]
-    for name, ledger in (("prefill_flops", prefill_flops), ("prefill_bytes", prefill_bytes),
-                         ("decode_flops", decode_flops), ("decode_bytes", decode_bytes)):
-        for term, value in ledger.items():
-            out[f"{name}_{term}"] = value
-        out[f"{name}_total"] = sum(ledger.values())
-    out.update(memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving))
-    out["max_batch"] = out["max_batch"] * dp
-    out["max_concurrency"] = out["max_batch"]
-    out["kv_cache_bytes_per_token"] = tr.kv_bytes_per_token_layer(m, kv_bits) * m["layers"] + 0 * B
-    return out
+
+
+def _critical_batch(s: _Setup, b):
+    """Batch at which the decode matmuls' compute time reaches their weight-streaming time."""
+    matmul_flops_per_token = 2 * (fl.matmul_params_per_token(s.m) + s.m["params_head"])
+    return (tr.weight_bytes_streamed(s.m, s.f, b) * s.rates["linear_flops_per_s"]
+            / (matmul_flops_per_token * s.rates["weight_bytes_per_s"]))

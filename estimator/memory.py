@@ -46,26 +46,31 @@ def activation_workspace_bytes(m, B, T, fused_attention):
     return matmul_outputs + scores + np.minimum(B, sequences) * m["vocab"] * LOGIT_BYTES
 
 
-def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving):
+def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv_share=1.0):
     """Per-device footprint of one replica of tp × pp devices serving B sequences, and its largest batch.
 
     ``serving`` holds ``paged``, ``block_tokens``, ``prefix_tokens`` and ``fused_attention``
-    (:mod:`estimator.kvcache`); a cached prefix is stored once per replica.
+    (:mod:`estimator.kvcache`); a cached prefix is stored once per replica. ``weight_share`` and
+    ``kv_share`` are the parts kept on the device when the rest is offloaded (:mod:`estimator.offload`).
     """
     n = np.asarray(tp, dtype=float) * pp
     paged, block, prefix = serving["paged"], serving["block_tokens"], serving["prefix_tokens"]
     fused_attention = serving["fused_attention"]
-    weights = weight_bytes_stored(m, f) / n
+    weights = weight_bytes_stored(m, f) / n * weight_share
     own_slots = allocated_tokens(T + O - prefix, paged, block, m["max_context"])
     shared = kv_cache_bytes_per_sequence(m, kv_bits, allocated_tokens(prefix, paged, block, m["max_context"]), tp) / n
-    kv_per_seq = kv_cache_bytes_per_sequence(m, kv_bits, own_slots, tp) / n
+    kv_per_seq = kv_cache_bytes_per_sequence(m, kv_bits, own_slots, tp) / n * kv_share
+    shared = shared * kv_share
     activations = activation_workspace_bytes(m, B, T, fused_attention) / tp
-    full_budget = activation_workspace_bytes(m, 1e15, T, fused_attention) / tp  # as many prompts as the budget holds
     reserve = hw["runtime_reserve_bytes"]
     available = hw["capacity_bytes"] * hw["usable_memory_fraction"]
     required = weights + shared + B * kv_per_seq + activations + reserve
-    room = available - weights - shared - reserve - full_budget
-    max_batch = np.floor(np.maximum(room, 0) / kv_per_seq)
+    room = available - weights - shared - reserve
+    # the workspace grows with the batch up to the token budget: size it at one sequence, then at that
+    # batch; the second answer is feasible, since a smaller batch never needs a larger workspace
+    max_batch = np.floor(np.maximum(room - activation_workspace_bytes(m, 1, T, fused_attention) / tp, 0) / kv_per_seq)
+    max_batch = np.floor(np.maximum(room - activation_workspace_bytes(m, np.maximum(max_batch, 1), T,
+                                                                      fused_attention) / tp, 0) / kv_per_seq)
     return {
         "memory_weights_bytes": weights,
         "memory_kv_cache_bytes": shared + B * kv_per_seq,
@@ -75,4 +80,6 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving):
         "memory_available_bytes": available + 0 * weights,
         "fits": required <= available,
         "max_batch": max_batch,
+        # what the weights have left beside KV, workspace and reserve: the offload planner's budget
+        "room_for_weights_bytes": available - shared - B * kv_per_seq - activations - reserve,
     }

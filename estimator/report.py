@@ -64,12 +64,23 @@ def _numeric(cell: str) -> bool:
     return bool(cell) and (cell[0].isdigit() or cell[0] in "-+.") and any(ch.isdigit() for ch in cell)
 
 
+def _host_link(hw) -> str:
+    link = hw.host_link
+    return "no host link published; 32 GB/s assumed" if link is None else \
+        f"{link.kind}, {link.bandwidth.base / GB:.0f} GB/s each way"
+
+
 def _bound_line(e: Estimate, phase: str) -> str:
     r = e.results
     bound = r[f"{phase}_bound"]
     intensity = r[f"{phase}_intensity_flops_per_byte"]
     ridge = r["ridge_flops_per_byte"]
-    if bound == "overhead":
+    if bound == "offload":
+        why = (f"the offloaded part (host link or host CPU) takes {seconds(r[f'{phase}_offload_s'])} of its "
+               f"{seconds(r[f'{phase}_linear_s'] + r[f'{phase}_attention_s'] + r[f'{phase}_offload_s'])}")
+        if phase == "decode":
+            why += f"; with everything on the device it would decode {r['offload_slowdown']:.1f}x faster"
+    elif bound == "overhead":
         fixed = r[f"{phase}_overhead_s"] + r[f"{phase}_communication_s"]
         why = (f"fixed per-step and per-layer costs and all-reduces ({seconds(fixed)}) exceed the roofline "
                f"time ({seconds(r[f'{phase}_linear_s'] + r[f'{phase}_attention_s'])})")
@@ -115,11 +126,19 @@ def format_estimate(e: Estimate) -> str:
         ("required", gigabytes(r["memory_required_bytes"])),
         ("available", gigabytes(r["memory_available_bytes"])),
     ]
+    if r["offloaded_bytes"] > 0:
+        where = (f"{e.serving.gpu_layers} of {e.model.shape.num_layers} layers on the device, the rest run by "
+                 f"the host CPU ({e.serving.host_cpu})" if e.serving.gpu_layers is not None else
+                 f"streamed over the host link ({_host_link(hw)}) on every forward pass")
+        memory.insert(1, ("offloaded to host memory", gigabytes(r["offloaded_bytes"])))
     verdict = (f"fits; largest batch at this context: {r['max_batch']:,.0f}" if r["fits"] else
                f"DOES NOT FIT: needs {gigabytes(r['memory_required_bytes'])} per device, has "
                f"{gigabytes(r['memory_available_bytes'])}; largest batch that fits: {r['max_batch']:,.0f}. "
                "Try more devices (--gpus), a smaller weight format, or a shorter context.")
-    parts = ["\n".join(head), "", "Memory per device", table(memory), "  -> " + verdict]
+    parts = ["\n".join(head), "", "Memory per device", table(memory)]
+    if r["offloaded_bytes"] > 0:
+        parts.append(f"  offloaded weights: {where}")
+    parts.append("  -> " + verdict)
     if r["fits"]:
         parts += ["", "Latency and throughput", table(_speed_rows(r)), "", "Bound",
                   "  " + _bound_line(e, "prefill"), "  " + _bound_line(e, "decode"),
@@ -128,7 +147,8 @@ def format_estimate(e: Estimate) -> str:
                   table(_ledger_rows(r, "decode_bytes", gigabytes))]
     parts += ["", "Efficiencies: datasheet peaks x default device and engine efficiencies (no calibration "
               f"profile); per-step {seconds(GENERIC_ENGINE.per_step_s)}, per-layer "
-              f"{seconds(GENERIC_ENGINE.per_layer_s)} overheads.",
+              f"{seconds(GENERIC_ENGINE.per_layer_s)} overheads; {seconds(GENERIC_ENGINE.allreduce_latency_s)} "
+              "per all-reduce.",
               "", "Definitions"] + [f"  {d}" for d in DEFINITIONS]
     parts += [f"warning: {w}" for w in e.warnings]
     return "\n".join(parts)
@@ -147,9 +167,12 @@ def _speed_rows(r: dict) -> list[tuple[str, str]]:
 
 
 def _time_rows(r: dict) -> list[tuple[str, str, str]]:
+    """Time per part; communication and offload only when they happen."""
     return [(label, seconds(r[f"prefill_{key}"]), seconds(r[f"decode_{key}"]))
             for label, key in (("linear layers", "linear_s"), ("attention", "attention_s"),
-                               ("tensor-parallel all-reduce", "communication_s"), ("fixed overheads", "overhead_s"))]
+                               ("communication", "communication_s"), ("offload", "offload_s"),
+                               ("fixed overheads", "overhead_s"))
+            if key in ("linear_s", "attention_s", "overhead_s") or r[f"prefill_{key}"] + r[f"decode_{key}"] > 0]
 
 
 def _ledger_rows(r: dict, prefix: str, fmt) -> list[tuple[str, str]]:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-BOUND_NAMES = ("memory", "compute", "overhead", "communication")
-MEMORY, COMPUTE, OVERHEAD, COMMUNICATION = range(4)
+BOUND_NAMES = ("memory", "compute", "overhead", "communication", "offload")
+MEMORY, COMPUTE, OVERHEAD, COMMUNICATION, OFFLOAD = range(5)
 
 
-def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0):
+def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0, offload_s=0.0):
     """Time of one forward pass (or pipeline-stage pass), and its parts.
 
     Parameters
@@ -34,15 +34,16 @@ def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0):
         ``weight_bytes_per_s`` and ``kv_bytes_per_s``.
     n_devices : array
         Devices sharing the ledgers evenly.
-    overhead_s, communication_s : array
-        Fixed costs (launches, scheduling) and collective time, not overlapped with compute.
+    overhead_s, communication_s, offload_s : array
+        Fixed costs (launches, scheduling), collective time and host-link transfers of offloaded
+        weights, none of them overlapped with compute.
 
     Notes
     -----
-    t = max(F_lin / R_c, B_lin / R_w) + max(F_att / R_att, B_att / R_kv) + t_comm + t_fixed,
+    t = max(F_lin / R_c, B_lin / R_w) + max(F_att / R_att, B_att / R_kv) + t_comm + t_offload + t_fixed,
     every ledger term divided by the devices that share it. The bound is the largest of
     the roofline part (memory or compute, whichever its kernels wait on), the
-    communication and the fixed overheads.
+    communication, the offload transfers and the fixed overheads.
     """
     n = np.asarray(n_devices, dtype=float)
     linear_compute_s = (flops["linear"] + flops["head"]) / (n * rates["linear_flops_per_s"])
@@ -57,19 +58,20 @@ def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0):
     roofline_s = linear_s + attention_s
     zero = 0 * roofline_s
     return {
-        "time_s": roofline_s + communication_s + overhead_s,
+        "time_s": roofline_s + communication_s + offload_s + overhead_s,
         "linear_s": linear_s,
         "attention_s": attention_s,
         "communication_s": communication_s + zero,
+        "offload_s": offload_s + zero,
         "overhead_s": overhead_s + zero,
         "compute_s": compute_s,
         "memory_s": memory_s,
-        "bound": bound_of(compute_s, memory_s, roofline_s, communication_s, overhead_s),
+        "bound": bound_of(compute_s, memory_s, roofline_s, communication_s, offload_s, overhead_s),
     }
 
 
-def bound_of(compute_s, memory_s, roofline_s, communication_s, overhead_s):
-    """The largest part of a pass's time: its kernels (memory or compute), communication, or overhead."""
-    bound = np.where(compute_s > memory_s, COMPUTE, MEMORY)
-    bound = np.where((communication_s > roofline_s) & (communication_s >= overhead_s), COMMUNICATION, bound)
-    return np.where((overhead_s > roofline_s) & (overhead_s > communication_s), OVERHEAD, bound)
+def bound_of(compute_s, memory_s, roofline_s, communication_s, offload_s, overhead_s):
+    """The largest part of a pass's time: its kernels (memory or compute), communication, offload or overhead."""
+    parts = np.stack(np.broadcast_arrays(roofline_s, communication_s, offload_s, overhead_s))
+    kernels = np.where(compute_s > memory_s, COMPUTE, MEMORY)
+    return np.choose(np.argmax(parts, axis=0), [kernels, COMMUNICATION, OFFLOAD, OVERHEAD])

@@ -13,6 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from estimator.errors import ConfigurationError
 from estimator.model import ModelSpec
+from estimator.offload import OFFLOAD_MODES
+
+# The host CPU assumed for partial offload unless told otherwise: a current desktop CPU
+# with dual-channel DDR5, the usual home of a consumer GPU.
+DEFAULT_HOST_CPU = "AMD Ryzen 9 7950X"
 
 
 class Layout(BaseModel):
@@ -99,14 +104,30 @@ class ServingOptions(BaseModel):
     prefix_tokens: int = Field(default=0, ge=0, description="prompt prefix shared by all requests, cached once")
     attention: Literal["fused", "unfused"] = Field(
         default="fused", description="FlashAttention-style fused kernels, or eager attention writing the scores")
+    offload: Literal["none", "auto"] = Field(
+        default="none", description="auto: weights that do not fit stay in host memory and stream over the host link")
+    gpu_layers: int | None = Field(
+        default=None, ge=0, description="llama.cpp-style partial offload: layers on the device, the rest on the host CPU")
+    host_cpu: str = Field(default=DEFAULT_HOST_CPU, description="host CPU that runs offloaded layers")
 
     def columns(self) -> dict:
         """The arrays :func:`estimator.evaluate.evaluate` reads."""
+        mode = OFFLOAD_MODES["layers"] if self.gpu_layers is not None else OFFLOAD_MODES[self.offload]
         return {"paged": self.kv_alloc == "paged", "block_tokens": float(self.kv_block_tokens),
-                "prefix_tokens": float(self.prefix_tokens), "fused_attention": self.attention == "fused"}
+                "prefix_tokens": float(self.prefix_tokens), "fused_attention": self.attention == "fused",
+                "offload": mode, "gpu_layers": float(self.gpu_layers or 0)}
 
-    def check(self, prompts: Iterable[int]) -> None:
-        """A cached prefix needs paged blocks and must be shorter than every prompt."""
+    def check(self, prompts: Iterable[int], models: Iterable[ModelSpec] = (), layouts: Iterable[Layout] = ()) -> None:
+        """Reject combinations that cannot run, saying what would."""
+        if self.gpu_layers is not None:
+            if self.offload != "none":
+                raise ConfigurationError("choose one kind of offload: --offload auto (stream weights over the host "
+                                         "link) or --gpu-layers N (run the other layers on the host CPU)")
+            if any(x.tp * x.pp > 1 for x in layouts):
+                raise ConfigurationError("--gpu-layers splits one device's model with the host CPU; use --gpus 1")
+            too_many = [m.name for m in models if self.gpu_layers > m.shape.num_layers]
+            if too_many:
+                raise ConfigurationError(f"--gpu-layers {self.gpu_layers} exceeds the layer count of {too_many}")
         if self.prefix_tokens and self.kv_alloc != "paged":
             raise ConfigurationError("prefix caching shares paged KV blocks; use --kv-alloc paged with --prefix-tokens")
         short = [p for p in prompts if p <= self.prefix_tokens]

@@ -208,3 +208,24 @@ def test_serving_options_reach_json(capsys):
     data = json.loads(out)
     assert code == 0 and data["kv_alloc"] == "contiguous" and data["attention"] == "unfused"
     assert data["max_concurrency"] == data["max_batch"] and data["kv_cache_bytes_per_token"] == 131072
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpu-layers", "8", "--offload", "auto"], "choose one kind of offload"),
+    (["--gpu-layers", "8", "--gpus", "2"], "use --gpus 1"),
+    (["--gpu-layers", "99"], "exceeds the layer count"),
+    (["--gpu-layers", "8", "--host-cpu", "Pentium II"], "unknown gpu 'Pentium II'"),
+])
+def test_bad_offload_options(capsys, argv, message):
+    code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "rtx 4090", *argv)
+    assert code == 1 and message in err
+
+
+def test_offload_report_and_json(capsys):
+    code, out, _ = cli(capsys, "estimate", "--model", "qwen3-30b-a3b", "--gpu", "rtx 4060 ti 16gb",
+                       "--format", "Q8_0", "--offload", "auto")
+    assert code == 0 and "offload-bound" in out and "PCIe" in out and "faster" in out
+    code, out, _ = cli(capsys, "estimate", "--model", "qwen3-30b-a3b", "--gpu", "rtx 4060 ti 16gb",
+                       "--format", "Q8_0", "--offload", "auto", "--json")
+    data = json.loads(out)
+    assert data["offloaded_bytes"] > 10e9 and data["decode_bound"] == "offload" and data["fits"] is True

@@ -134,3 +134,13 @@ def test_sweep_converts_to_pandas():
     assert list(df["hardware"].unique()) == [DB.hardware.get("h100").name, DB.hardware.get("a100").name]
     assert set(df["decode_bound"].astype(str)) <= {"memory", "compute", "overhead"}
     assert np.all(df["decode_tps_total"] >= df["decode_tps_per_seq"])
+
+
+@SETTINGS
+@given(configs)
+def test_offload_is_never_faster_than_fitting(c):
+    from estimator.offload import STREAM
+    base = _run(c)
+    streamed = _run(c, serving={"offload": STREAM})
+    assert streamed["itl_s"] >= base["itl_s"] * (1 - 1e-12)
+    assert streamed["offload_slowdown"] >= 1 - 1e-12
