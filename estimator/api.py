@@ -120,9 +120,10 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         cpu = resolve_hardware(serving.host_cpu, db)
         host_peaks, _ = compute_peak_table(fmts, [cpu])
         host = effective_rates(hardware_columns([cpu]), f_columns, values_on_axis(host_peaks[:, 0], 2), GENERIC_ENGINE)
+    draft = None if serving.draft_model is None else model_columns([resolve_model(serving.draft_model, db)])
     results = evaluate(
         m=on_axis(model_columns(model_specs), 0), hw=on_axis(hardware_columns(devices), 1),
-        f=f_columns, kv=on_axis(kv_columns(kvs), 3), host=host,
+        f=f_columns, kv=on_axis(kv_columns(kvs), 3), host=host, draft=draft,
         peak_linear_flops_per_s=peaks.T.reshape(1, sizes[1], sizes[2], 1, 1, 1, 1, 1),
         layout={k: values_on_axis([getattr(x, k) for x in layout_specs], 4) for k in ("tp", "pp", "ep", "dp")},
         B=values_on_axis(batches, 5), T=values_on_axis(prompt_tokens, 6),
@@ -195,7 +196,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
              pp: int = 1, ep: int = 1, weight_format: str = "bf16", kv_format: str = "f16", batch: int = 1,
              prompt_tokens: int = 512, output_tokens: int = 256, kv_alloc: str = "paged", kv_block_tokens: int = 16,
              prefix_tokens: int = 0, attention: str = "fused", offload: str = "none", gpu_layers: int | None = None,
-             host_cpu: str = DEFAULT_HOST_CPU, db: Database | None = None) -> Estimate:
+             host_cpu: str = DEFAULT_HOST_CPU, draft_model: str | None = None, draft_tokens: int = 0,
+             acceptance: float = 0.7, draft_cost: float = 0.0, db: Database | None = None) -> Estimate:
     """Estimate TTFT, decode speed and memory fit for one configuration.
 
     Parameters are as in :func:`sweep`, one value each; the layout is given by
@@ -218,7 +220,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     spec, device = resolve_model(model, db), resolve_hardware(gpu, db)
     layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep)
     serving = _serving(kv_alloc=kv_alloc, kv_block_tokens=kv_block_tokens, prefix_tokens=prefix_tokens,
-                       attention=attention, offload=offload, gpu_layers=gpu_layers, host_cpu=host_cpu)
+                       attention=attention, offload=offload, gpu_layers=gpu_layers, host_cpu=host_cpu,
+                       draft_model=draft_model, draft_tokens=draft_tokens, acceptance=acceptance, draft_cost=draft_cost)
     table = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
                   [layout], serving=serving, detail=True, db=db)
     row = table.row(0)
@@ -269,3 +272,23 @@ def evaluate_configurations(configs: Sequence[Configuration],
                     layout={k: np.array([getattr(c.layout, k) for c in configs], dtype=float)
                             for k in ("tp", "pp", "ep", "dp")},
                     serving=(serving or ServingOptions()).columns())
+
+
+def speculative_speedup_grid(model: str | ModelSpec, gpu: str | Hardware, alphas: Sequence[float],
+                             gammas: Sequence[int], **options) -> np.ndarray:
+    """Speculative-decoding speed-up for each (γ, α), shape (len(gammas), len(alphas)).
+
+    ``options`` are :func:`estimate`'s (a ``draft_model`` or a ``draft_cost``, batch, format ...).
+    Plot it with :func:`estimator.plots.plot_speculative_speedup`.
+
+    Examples
+    --------
+    A 1B draft for a 70B target on two H100s, γ = 4: how much faster at α = 0.6 and 0.9?
+
+    >>> grid = speculative_speedup_grid("llama-3.1-70b", "h100", [0.6, 0.9], [4], n_gpus=2,
+    ...                                 draft_model="llama-3.2-1b")
+    >>> [round(float(v), 1) for v in grid[0]]
+    [2.0, 3.5]
+    """
+    return np.array([[estimate(model, gpu, draft_tokens=g, acceptance=a, **options).speculative_speedup
+                      for a in alphas] for g in gammas])

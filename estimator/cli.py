@@ -54,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--gpu-layers", type=int, help="llama.cpp-style partial offload: N layers on the GPU, "
                                                     "the rest computed by the host CPU (--host-cpu)")
     est.add_argument("--host-cpu", default="AMD Ryzen 9 7950X", help="host CPU for --gpu-layers (default 7950X)")
+    est.add_argument("--draft-model", help="speculative decoding: draft model (name, alias or config.json)")
+    est.add_argument("--draft-tokens", type=int, default=0, help="speculative decoding: tokens drafted per step, γ")
+    est.add_argument("--acceptance", type=float, default=0.7, help="per-token draft acceptance rate α (default 0.7)")
+    est.add_argument("--draft-cost", type=float, default=0.0,
+                     help="without --draft-model: draft cost as a fraction of a target step (EAGLE ~0.05)")
     est.add_argument("--json", action="store_true", help="print one JSON object (base units: s, bytes)")
     _add_db(est)
 
@@ -95,7 +100,8 @@ def run(args: argparse.Namespace) -> str:
                      batch=args.batch, prompt_tokens=args.prompt, output_tokens=args.output,
                      kv_alloc=args.kv_alloc, kv_block_tokens=args.kv_block, prefix_tokens=args.prefix_tokens,
                      attention=args.attention, offload=args.offload, gpu_layers=args.gpu_layers,
-                     host_cpu=args.host_cpu, db=db)
+                     host_cpu=args.host_cpu, draft_model=args.draft_model, draft_tokens=args.draft_tokens,
+                     acceptance=args.acceptance, draft_cost=args.draft_cost, db=db)
         return json.dumps(e.to_dict(), indent=2) if args.json else format_estimate(e)
     if args.command == "list":
         return catalog.list_entries(db, args)

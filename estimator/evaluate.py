@@ -8,7 +8,7 @@ shape. It knows nothing of YAML or printing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -21,9 +21,10 @@ from estimator.offload import LAYERS, NONE, device_weight_share, streaming_time
 from estimator.parallel import micro_batches, pipeline_transfer_time, stage_communication_time
 from estimator.roofline import bound_of, pass_time
 from estimator.span import decode_context_range, mean_span
+from estimator.speculative import expected_tokens
 
 DEFAULT_SERVING = {"paged": True, "block_tokens": PAGED_BLOCK_TOKENS, "prefix_tokens": 0, "fused_attention": True,
-                   "offload": NONE, "gpu_layers": 0}
+                   "offload": NONE, "gpu_layers": 0, "spec_tokens": 0, "acceptance": 0.0, "draft_cost": 0.0}
 PARTS = ("linear_s", "attention_s", "communication_s", "offload_s", "overhead_s", "compute_s", "memory_s")
 
 
@@ -95,8 +96,40 @@ def _phase(stage: dict, passes, per_step_s, transfer_s) -> dict:
     return out
 
 
+def _decode(s: _Setup, b, micro, spans, q=1):
+    """Ledgers and phase times of one decode step (q new tokens per sequence) of micro-batches of b."""
+    flops = fl.decode_flops(s.m, b, *spans, q=q)
+    bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, *spans, s.tp, s.serving["fused_attention"], q=q)
+    phase = _phase(_stage(s, flops, bytes_, b * q), np.maximum(micro, s.pp), s.engine.per_step_s,
+                   pipeline_transfer_time(s.m, s.hw, b * q, s.pp, s.engine.allreduce_latency_s))
+    return flops, bytes_, phase
+
+
+def _prefill(s: _Setup, b, micro, T, cached):
+    """Ledgers and phase times of prefilling micro-batches of b prompts past ``cached`` tokens."""
+    flops = fl.prefill_flops(s.m, b, T, cached)
+    bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, s.serving["fused_attention"], cached)
+    new_tokens = b * (T - cached)
+    phase = _phase(_stage(s, flops, bytes_, new_tokens), micro + s.pp - 1, s.engine.per_step_s,
+                   pipeline_transfer_time(s.m, s.hw, new_tokens, s.pp, s.engine.allreduce_latency_s))
+    return flops, bytes_, phase
+
+
+def _speculative(s: _Setup, draft: dict | None, b, micro, spans, plain_step_s, T, cached):
+    """Mean time per token with speculative decoding, and the draft's extra prefill time."""
+    gamma, alpha = s.serving["spec_tokens"], s.serving["acceptance"]
+    verify_s = _decode(s, b, micro, spans, q=gamma + 1)[2]["time_s"]
+    if draft is None:   # n-gram or EAGLE-style heads: a fixed fraction of a target step
+        draft_step_s, draft_prefill_s = s.serving["draft_cost"] * plain_step_s, 0.0
+    else:
+        d = replace(s, m=draft, device_share=np.ones(1))
+        draft_step_s = _decode(d, b, micro, spans)[2]["time_s"]
+        draft_prefill_s = _prefill(d, b, micro, T, cached)[2]["time_s"]
+    return (gamma * draft_step_s + verify_s) / expected_tokens(alpha, gamma), draft_prefill_s
+
+
 def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=None,
-             engine: EngineDefaults = GENERIC_ENGINE, host=None) -> dict[str, np.ndarray]:
+             engine: EngineDefaults = GENERIC_ENGINE, host=None, draft=None) -> dict[str, np.ndarray]:
     """Prefill, decode and memory for every configuration the inputs broadcast to.
 
     Parameters
@@ -114,6 +147,8 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=Non
         ``fused_attention``, ``offload`` mode and ``gpu_layers`` (:data:`DEFAULT_SERVING`).
     host : dict, optional
         The host CPU's effective ``rates`` (as :func:`effective_rates`), for partial offload by layers.
+    draft : dict, optional
+        Model columns of a draft model for speculative decoding (``spec_tokens`` > 0 in ``serving``).
 
     Notes
     -----
@@ -133,29 +168,27 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=Non
     micro = micro_batches(replica_batch, pp)
     b = replica_batch / micro                                 # sequences per micro-batch
 
-    memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving)
+    memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, draft=draft)
     share = device_weight_share(serving["offload"], serving["gpu_layers"], m["layers"],
                                 memory["memory_weights_bytes"], memory["room_for_weights_bytes"])
     if serving["offload"] != NONE:  # re-plan the memory with the offloaded part on the host
         kv_share = np.where(serving["offload"] == LAYERS, share, 1.0)
-        memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, share, kv_share)
+        memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, share, kv_share, draft)
     s = _Setup(m, hw, f, kv_bits, tp, pp, ep, serving, engine, effective_rates(hw, f, peak_linear_flops_per_s, engine),
                host, share)
 
-    prefill_flops = fl.prefill_flops(m, b, T, cached)
-    prefill_bytes = tr.prefill_bytes(m, f, kv_bits, b, T, tp, serving["fused_attention"], cached)
-    new_tokens = b * (T - cached)
-    prefill = _phase(_stage(s, prefill_flops, prefill_bytes, new_tokens), micro + pp - 1, engine.per_step_s,
-                     pipeline_transfer_time(m, hw, new_tokens, pp, engine.allreduce_latency_s))
-
+    prefill_flops, prefill_bytes, prefill = _prefill(s, b, micro, T, cached)
     lo, hi, steps = decode_context_range(T, O)
-    span_global, span_local = mean_span(lo, hi, 0), mean_span(lo, hi, m["window"])
-    decode_flops = fl.decode_flops(m, b, span_global, span_local)
-    decode_bytes = tr.decode_bytes(m, f, kv_bits, b, span_global, span_local, tp, serving["fused_attention"])
-    decode = _phase(_stage(s, decode_flops, decode_bytes, b), np.maximum(micro, pp), engine.per_step_s,
-                    pipeline_transfer_time(m, hw, b, pp, engine.allreduce_latency_s))
+    span_global = mean_span(lo, hi, 0)
+    spans = (span_global, mean_span(lo, hi, m["window"]))
+    decode_flops, decode_bytes, decode = _decode(s, b, micro, spans)
+    ttft_s, itl_s = prefill["time_s"], decode["time_s"]
+    if serving["spec_tokens"] > 0:
+        itl_s, draft_prefill_s = _speculative(s, draft, b, micro, spans, decode["time_s"], T, cached)
+        ttft_s = ttft_s + draft_prefill_s
 
-    out = _speeds(B, T, O, cached, prefill["time_s"], decode["time_s"], steps)
+    out = _speeds(B, T, O, cached, ttft_s, itl_s, steps)
+    out["speculative_speedup"] = decode["time_s"] / itl_s
     out.update({
         "micro_batches": micro,
         "prefill_bound": prefill["bound"],

@@ -48,24 +48,24 @@ def prefill_flops(m, B, T, cached=0):
     }
 
 
-def decode_flops(m, B, span_global, span_local):
-    """FLOPs of one decode step: B sequences, one new token each.
+def decode_flops(m, B, span_global, span_local, q=1):
+    """FLOPs of one decode step: B sequences, ``q`` new tokens each (q = γ + 1 when verifying drafts).
 
     ``span_global``/``span_local`` are the tokens each new token attends to in a
     global / sliding-window layer.
 
     Notes
     -----
-    linear    = 2 · P_matmul · B
-    attention = B · f_pair · (L_global · S + L_local · min(S, W))
-    head      = 2 · d · V · B
+    linear    = 2 · P_matmul · B · q
+    attention = B · q · f_pair · (L_global · S + L_local · min(S, W))
+    head      = 2 · d · V · B · q   (every verified position needs its logits)
     """
     global_layers = m["layers"] - m["local_layers"]
     attended = global_layers * span_global + m["local_layers"] * span_local
     return {
-        "linear": 2.0 * matmul_params_per_token(m) * B,
-        "attention": m["attn_flops_decode_per_pair_layer"] * attended * B,
-        "head": 2.0 * m["params_head"] * B,
+        "linear": 2.0 * matmul_params_per_token(m) * B * q,
+        "attention": m["attn_flops_decode_per_pair_layer"] * attended * B * q,
+        "head": 2.0 * m["params_head"] * B * q,
     }
 
 

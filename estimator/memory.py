@@ -46,12 +46,13 @@ def activation_workspace_bytes(m, B, T, fused_attention):
     return matmul_outputs + scores + np.minimum(B, sequences) * m["vocab"] * LOGIT_BYTES
 
 
-def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv_share=1.0):
+def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv_share=1.0, draft=None):
     """Per-device footprint of one replica of tp × pp devices serving B sequences, and its largest batch.
 
     ``serving`` holds ``paged``, ``block_tokens``, ``prefix_tokens`` and ``fused_attention``
     (:mod:`estimator.kvcache`); a cached prefix is stored once per replica. ``weight_share`` and
     ``kv_share`` are the parts kept on the device when the rest is offloaded (:mod:`estimator.offload`).
+    A speculative ``draft`` model (columns) keeps its weights and its own KV cache on the device too.
     """
     n = np.asarray(tp, dtype=float) * pp
     paged, block, prefix = serving["paged"], serving["block_tokens"], serving["prefix_tokens"]
@@ -61,6 +62,9 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
     shared = kv_cache_bytes_per_sequence(m, kv_bits, allocated_tokens(prefix, paged, block, m["max_context"]), tp) / n
     kv_per_seq = kv_cache_bytes_per_sequence(m, kv_bits, own_slots, tp) / n * kv_share
     shared = shared * kv_share
+    if draft is not None:
+        weights = weights + weight_bytes_stored(draft, f) / n
+        kv_per_seq = kv_per_seq + kv_cache_bytes_per_sequence(draft, kv_bits, own_slots, tp) / n
     activations = activation_workspace_bytes(m, B, T, fused_attention) / tp
     reserve = hw["runtime_reserve_bytes"]
     available = hw["capacity_bytes"] * hw["usable_memory_fraction"]

@@ -109,17 +109,23 @@ def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0):
     }
 
 
-def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention):
-    """Bytes moved by one decode step of B sequences (totals over the replica)."""
+def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention, q=1):
+    """Bytes moved by one decode step of B sequences with ``q`` new tokens each (replica totals).
+
+    Verifying q = γ + 1 drafted tokens reads the weights and each sequence's KV
+    cache once, as a single decode step does; only the new tokens' KV writes,
+    activations and scores grow with q (FORMULAS.md §10).
+    """
     kv_layer = kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, tp)
     global_layers = m["layers"] - m["local_layers"]
     attended = global_layers * span_global + m["local_layers"] * span_local
-    scores = UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * attended * B
-    q_and_out = 2 * B * m["layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
+    tokens = B * q
+    scores = UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * attended * tokens
+    q_and_out = 2 * tokens * m["layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
     return {
-        "weights": weight_bytes_streamed(m, f, B),
+        "weights": weight_bytes_streamed(m, f, tokens),
         "kv_read": B * kv_layer * attended,
-        "kv_write": B * kv_layer * m["layers"],
-        "activations": activation_bytes(m, f, B) + B * m["vocab"] * LOGIT_BYTES,
+        "kv_write": tokens * kv_layer * m["layers"],
+        "activations": activation_bytes(m, f, tokens) + tokens * m["vocab"] * LOGIT_BYTES,
         "attention": np.where(fused_attention, 0.0, scores) + q_and_out,
     }

@@ -109,16 +109,25 @@ class ServingOptions(BaseModel):
     gpu_layers: int | None = Field(
         default=None, ge=0, description="llama.cpp-style partial offload: layers on the device, the rest on the host CPU")
     host_cpu: str = Field(default=DEFAULT_HOST_CPU, description="host CPU that runs offloaded layers")
+    draft_model: str | None = Field(default=None, description="speculative decoding: draft model name")
+    draft_tokens: int = Field(default=0, ge=0, le=64, description="speculative decoding: tokens drafted per step (γ)")
+    acceptance: float = Field(default=0.7, ge=0, le=1, description="per-token acceptance rate of drafts (α)")
+    draft_cost: float = Field(
+        default=0.0, ge=0, le=1, description="without a draft model: draft cost per step as a fraction of a target "
+                                             "step (n-gram lookup ~0, EAGLE/MTP heads ~0.05-0.1)")
 
     def columns(self) -> dict:
         """The arrays :func:`estimator.evaluate.evaluate` reads."""
         mode = OFFLOAD_MODES["layers"] if self.gpu_layers is not None else OFFLOAD_MODES[self.offload]
         return {"paged": self.kv_alloc == "paged", "block_tokens": float(self.kv_block_tokens),
                 "prefix_tokens": float(self.prefix_tokens), "fused_attention": self.attention == "fused",
-                "offload": mode, "gpu_layers": float(self.gpu_layers or 0)}
+                "offload": mode, "gpu_layers": float(self.gpu_layers or 0), "spec_tokens": self.draft_tokens,
+                "acceptance": self.acceptance, "draft_cost": self.draft_cost}
 
     def check(self, prompts: Iterable[int], models: Iterable[ModelSpec] = (), layouts: Iterable[Layout] = ()) -> None:
         """Reject combinations that cannot run, saying what would."""
+        if (self.draft_model or self.draft_cost) and not self.draft_tokens:
+            raise ConfigurationError("speculative decoding needs --draft-tokens G (tokens drafted per step), e.g. 4")
         if self.gpu_layers is not None:
             if self.offload != "none":
                 raise ConfigurationError("choose one kind of offload: --offload auto (stream weights over the host "

@@ -144,3 +144,11 @@ def test_offload_is_never_faster_than_fitting(c):
     streamed = _run(c, serving={"offload": STREAM})
     assert streamed["itl_s"] >= base["itl_s"] * (1 - 1e-12)
     assert streamed["offload_slowdown"] >= 1 - 1e-12
+
+
+@SETTINGS
+@given(configs, st.integers(1, 8), st.floats(0.0, 0.3))
+def test_zero_acceptance_speculation_is_never_faster(c, gamma, cost):
+    plain = _run(c)
+    spec = _run(c, serving={"spec_tokens": gamma, "acceptance": 0.0, "draft_cost": cost})
+    assert spec["itl_s"] >= plain["itl_s"] * (1 - 1e-12)
