@@ -176,11 +176,16 @@ class Estimate:
         except KeyError:
             raise AttributeError(name) from None
 
+    @property
+    def runnable(self) -> bool:
+        """Fits in memory and, under a load, reaches a steady state."""
+        return bool(self.results["fits"]) and not self.results.get("saturated", False)
+
     def to_dict(self) -> dict:
-        """JSON-ready: inputs, then results; speeds are None when the model does not fit."""
+        """JSON-ready: inputs, then results; speeds are None when it does not fit or the load saturates it."""
         speed_keys = {"ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total",
-                      "e2e_latency_s", "tpot_inclusive_s", "throughput_out_tps"}
-        results = {k: (None if (k in speed_keys and not self.results["fits"]) else v) for k, v in self.results.items()}
+                      "e2e_latency_s", "tpot_inclusive_s", "throughput_out_tps", "ttft_prefill_s"}
+        results = {k: (None if (k in speed_keys and not self.runnable) else v) for k, v in self.results.items()}
         return {
             "model": self.model.name, "hf_id": self.model.hf_id, "hardware": self.hardware.name,
             "n_gpus": self.layout.devices, **self.layout.model_dump(),
@@ -197,7 +202,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
              prompt_tokens: int = 512, output_tokens: int = 256, kv_alloc: str = "paged", kv_block_tokens: int = 16,
              prefix_tokens: int = 0, attention: str = "fused", offload: str = "none", gpu_layers: int | None = None,
              host_cpu: str = DEFAULT_HOST_CPU, draft_model: str | None = None, draft_tokens: int = 0,
-             acceptance: float = 0.7, draft_cost: float = 0.0, db: Database | None = None) -> Estimate:
+             acceptance: float = 0.7, draft_cost: float = 0.0, concurrency: int = 0, rate: float = 0.0,
+             chunked_prefill: int = 0, db: Database | None = None) -> Estimate:
     """Estimate TTFT, decode speed and memory fit for one configuration.
 
     Parameters are as in :func:`sweep`, one value each; the layout is given by
@@ -221,11 +227,15 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep)
     serving = _serving(kv_alloc=kv_alloc, kv_block_tokens=kv_block_tokens, prefix_tokens=prefix_tokens,
                        attention=attention, offload=offload, gpu_layers=gpu_layers, host_cpu=host_cpu,
-                       draft_model=draft_model, draft_tokens=draft_tokens, acceptance=acceptance, draft_cost=draft_cost)
+                       draft_model=draft_model, draft_tokens=draft_tokens, acceptance=acceptance, draft_cost=draft_cost,
+                       concurrency=concurrency, rate=rate, chunked_prefill=chunked_prefill)
     table = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
                   [layout], serving=serving, detail=True, db=db)
     row = table.row(0)
     warnings = []
+    if row.get("saturated"):
+        warnings.append(f"saturated: the load exceeds what this configuration serves; about "
+                        f"{row['max_rate']:.2f} requests/s at most (whole-prompt prefill, KV-cache bound)")
     if prompt_tokens + output_tokens > spec.shape.max_context:
         warnings.append(f"prompt + output = {prompt_tokens + output_tokens} tokens exceeds {spec.name}'s "
                         f"maximum context of {spec.shape.max_context}")

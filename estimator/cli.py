@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--acceptance", type=float, default=0.7, help="per-token draft acceptance rate α (default 0.7)")
     est.add_argument("--draft-cost", type=float, default=0.0,
                      help="without --draft-model: draft cost as a fraction of a target step (EAGLE ~0.05)")
+    load = est.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", type=int, default=0,
+                      help="steady state with C requests in flight (continuous batching; replaces --batch)")
+    load.add_argument("--rate", type=float, default=0.0, help="steady state at R requests/s arriving (open loop)")
+    est.add_argument("--chunked-prefill", type=int, default=0, metavar="TOKENS",
+                     help="under load: mix prompt chunks into decode steps within this token budget per step")
     est.add_argument("--json", action="store_true", help="print one JSON object (base units: s, bytes)")
     _add_db(est)
 
@@ -101,7 +107,8 @@ def run(args: argparse.Namespace) -> str:
                      kv_alloc=args.kv_alloc, kv_block_tokens=args.kv_block, prefix_tokens=args.prefix_tokens,
                      attention=args.attention, offload=args.offload, gpu_layers=args.gpu_layers,
                      host_cpu=args.host_cpu, draft_model=args.draft_model, draft_tokens=args.draft_tokens,
-                     acceptance=args.acceptance, draft_cost=args.draft_cost, db=db)
+                     acceptance=args.acceptance, draft_cost=args.draft_cost, concurrency=args.concurrency,
+                     rate=args.rate, chunked_prefill=args.chunked_prefill, db=db)
         return json.dumps(e.to_dict(), indent=2) if args.json else format_estimate(e)
     if args.command == "list":
         return catalog.list_entries(db, args)

@@ -20,11 +20,13 @@ from estimator.memory import memory_fit
 from estimator.offload import LAYERS, NONE, device_weight_share, streaming_time
 from estimator.parallel import micro_batches, pipeline_transfer_time, stage_communication_time
 from estimator.roofline import bound_of, pass_time
+from estimator.serving import max_sustainable_rate, steady_state
 from estimator.span import decode_context_range, mean_span
 from estimator.speculative import expected_tokens
 
 DEFAULT_SERVING = {"paged": True, "block_tokens": PAGED_BLOCK_TOKENS, "prefix_tokens": 0, "fused_attention": True,
-                   "offload": NONE, "gpu_layers": 0, "spec_tokens": 0, "acceptance": 0.0, "draft_cost": 0.0}
+                   "offload": NONE, "gpu_layers": 0, "spec_tokens": 0, "acceptance": 0.0, "draft_cost": 0.0,
+                   "concurrency": 0.0, "rate": 0.0, "chunk_tokens": 0.0}
 PARTS = ("linear_s", "attention_s", "communication_s", "offload_s", "overhead_s", "compute_s", "memory_s")
 
 
@@ -130,6 +132,50 @@ def _speculative(s: _Setup, draft: dict | None, b, micro, spans, plain_step_s, T
 
 def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=None,
              engine: EngineDefaults = GENERIC_ENGINE, host=None, draft=None) -> dict[str, np.ndarray]:
+    """Prefill, decode and memory for every configuration the inputs broadcast to.
+
+    With a load in ``serving`` (``concurrency`` C or ``rate`` R, optionally
+    ``chunk_tokens``), the batch is not an input: the steady-state decode batch
+    of continuous batching is found first (:mod:`estimator.serving`) and every
+    result is given at that batch, with TTFT including queueing. Otherwise
+    :func:`evaluate_batch` runs at batch ``B``. Parameters are those of
+    :func:`evaluate_batch`.
+    """
+    serving = {**DEFAULT_SERVING, **(serving or {})}
+    if not (serving["concurrency"] or serving["rate"]):
+        return evaluate_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving, engine, host, draft)
+
+    def at(batch):
+        return evaluate_batch(m, hw, f, kv, peak_linear_flops_per_s, batch, T, O, layout, serving, engine, host, draft)
+
+    one = at(np.ones_like(np.asarray(B, dtype=float)))
+    state = steady_state(lambda n: at(n)["itl_s"], one["ttft_s"], np.asarray(T, dtype=float) - serving["prefix_tokens"],
+                         O, serving["concurrency"], serving["rate"], one["max_batch"], serving["chunk_tokens"])
+    # a saturated engine runs full while its queue grows: report it at the largest batch that fits
+    batch = np.where(state["saturated"], np.maximum(np.minimum(state["steady_batch"], one["max_batch"]), 1),
+                     state["steady_batch"])
+    out = at(batch)
+    finite_itl = np.where(np.isfinite(state["itl_s"]) & ~state["saturated"], state["itl_s"], np.nan)
+    out.update({
+        "ttft_prefill_s": one["ttft_s"],
+        "ttft_s": state["ttft_s"],
+        "itl_s": finite_itl,
+        "decode_tps_per_seq": 1.0 / finite_itl,
+        "decode_tps_total": state["steady_batch"] / finite_itl,
+        "e2e_latency_s": state["ttft_s"] + out["decode_steps"] * finite_itl,
+        "throughput_out_tps": state["request_rate"] * np.asarray(O, dtype=float),
+        "request_rate": state["request_rate"],
+        "steady_batch": batch,
+        "saturated": state["saturated"],
+        "max_rate": max_sustainable_rate(at(np.maximum(one["max_batch"], 1))["itl_s"], one["ttft_s"], O,
+                                         np.maximum(one["max_batch"], 1)),
+    })
+    out["tpot_inclusive_s"] = out["e2e_latency_s"] / np.asarray(O, dtype=float)
+    return out
+
+
+def evaluate_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=None,
+                   engine: EngineDefaults = GENERIC_ENGINE, host=None, draft=None) -> dict[str, np.ndarray]:
     """Prefill, decode and memory for every configuration the inputs broadcast to.
 
     Parameters

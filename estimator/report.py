@@ -14,7 +14,8 @@ from estimator.efficiency import GENERIC_ENGINE
 from estimator.units import GB, KB, MB, TB, TFLOPS
 
 DEFINITIONS = (
-    "TTFT: time to first token = prefill of the whole batch's prompts; excludes queueing, tokenization and network.",
+    "TTFT: time to first token = prefill of the whole batch's prompts; excludes queueing, tokenization and network. "
+    "Under a load (--concurrency/--rate) it includes the wait for prefill (M/D/1 queue) and is per request.",
     "ITL (inter-token latency) = TPOT exclusive of the first token = (E2E - TTFT) / (output - 1), "
     "averaged over the generation as the KV cache grows from prompt to prompt + output.",
     "TPOT inclusive = E2E / output tokens (the GuideLLM convention).",
@@ -108,10 +109,11 @@ def format_estimate(e: Estimate) -> str:
     """The readable report for one estimate."""
     r, hw = e.results, e.hardware
     bw, peak = hw.memory_bandwidth_bytes_per_s, hw.peak_flops_per_s(e.compute_dtype)
+    batch = r.get("steady_batch", e.batch)
     head = [
         f"{e.model.name} on {e.layout.devices} x {hw.name} ({_layout_text(e.layout)}): weights "
         f"{e.weight_format.name} (math in {e.compute_dtype}), KV cache {e.kv_format.name}",
-        f"workload: batch {e.batch}, prompt {e.prompt_tokens} tokens, output {e.output_tokens} tokens, "
+        f"workload: {_load_text(e)}, prompt {e.prompt_tokens} tokens, output {e.output_tokens} tokens, "
         f"{'fused (FlashAttention-style)' if e.serving.attention == 'fused' else 'unfused'} attention, "
         f"{e.serving.kv_alloc} KV cache" + (f", {e.serving.prefix_tokens}-token cached prefix"
                                             if e.serving.prefix_tokens else ""),
@@ -120,7 +122,7 @@ def format_estimate(e: Estimate) -> str:
     ]
     memory = [
         ("weights", gigabytes(r["memory_weights_bytes"])),
-        (f"KV cache ({e.batch} x {e.prompt_tokens + e.output_tokens} tokens)", gigabytes(r["memory_kv_cache_bytes"])),
+        (f"KV cache ({batch:,.4g} x {e.prompt_tokens + e.output_tokens} tokens)", gigabytes(r["memory_kv_cache_bytes"])),
         ("activation workspace", gigabytes(r["memory_activation_bytes"])),
         ("runtime reserve", gigabytes(r["memory_reserve_bytes"])),
         ("required", gigabytes(r["memory_required_bytes"])),
@@ -139,7 +141,11 @@ def format_estimate(e: Estimate) -> str:
     if r["offloaded_bytes"] > 0:
         parts.append(f"  offloaded weights: {where}")
     parts.append("  -> " + verdict)
-    if r["fits"]:
+    if r.get("saturated"):
+        parts += ["", f"SATURATED: the requested load exceeds what this configuration can serve (at most about "
+                      f"{r['max_rate']:.2f} requests/s with whole-prompt prefill); no steady state exists, so no "
+                      "latencies are reported. Lower the rate, or add devices or replicas."]
+    if e.runnable:
         parts += ["", "Latency and throughput", table(_speed_rows(r)), "", "Bound",
                   "  " + _bound_line(e, "prefill"), "  " + _bound_line(e, "decode"),
                   "", "Where the time goes", table(_time_rows(r), header=("", "prefill", "decode step")),
@@ -154,7 +160,27 @@ def format_estimate(e: Estimate) -> str:
     return "\n".join(parts)
 
 
+def _load_text(e: Estimate) -> str:
+    s = e.serving
+    if not s.under_load:
+        return f"batch {e.batch}"
+    load = f"{s.concurrency} requests in flight" if s.concurrency else f"{s.rate:g} requests/s arriving"
+    chunk = f", chunked prefill {s.chunked_prefill} tokens/step" if s.chunked_prefill else ""
+    return f"{load} (continuous batching{chunk}; steady decode batch {e.results['steady_batch']:.1f})"
+
+
 def _speed_rows(r: dict) -> list[tuple[str, str]]:
+    if "steady_batch" in r:
+        return [
+            ("TTFT (with queueing)", seconds(r["ttft_s"])),
+            ("prefill of one prompt alone", seconds(r["ttft_prefill_s"])),
+            ("ITL (mean, prefill stalls included)", seconds(r["itl_s"])),
+            ("decode tokens/s per user", rate(r["decode_tps_per_seq"])),
+            ("output tokens/s, all users", rate(r["throughput_out_tps"])),
+            ("requests/s served", f"{r['request_rate']:.2f}"),
+            ("end-to-end latency", seconds(r["e2e_latency_s"])),
+            ("max sustainable rate (KV-bound)", f"{r['max_rate']:.2f} requests/s"),
+        ]
     return [
         ("TTFT (prefill, no queueing)", seconds(r["ttft_s"])),
         ("prefill tokens/s", rate(r["prefill_tps"])),

@@ -116,16 +116,30 @@ class ServingOptions(BaseModel):
         default=0.0, ge=0, le=1, description="without a draft model: draft cost per step as a fraction of a target "
                                              "step (n-gram lookup ~0, EAGLE/MTP heads ~0.05-0.1)")
 
+    concurrency: int = Field(default=0, ge=0, description="closed-loop load: requests kept in flight (0: use batch)")
+    rate: float = Field(default=0.0, ge=0, description="open-loop load: requests per second (0: use batch)")
+    chunked_prefill: int = Field(default=0, ge=0, description="token budget per step for chunked prefill (0: off)")
+
+    @property
+    def under_load(self) -> bool:
+        return bool(self.concurrency or self.rate)
+
     def columns(self) -> dict:
         """The arrays :func:`estimator.evaluate.evaluate` reads."""
         mode = OFFLOAD_MODES["layers"] if self.gpu_layers is not None else OFFLOAD_MODES[self.offload]
         return {"paged": self.kv_alloc == "paged", "block_tokens": float(self.kv_block_tokens),
                 "prefix_tokens": float(self.prefix_tokens), "fused_attention": self.attention == "fused",
                 "offload": mode, "gpu_layers": float(self.gpu_layers or 0), "spec_tokens": self.draft_tokens,
-                "acceptance": self.acceptance, "draft_cost": self.draft_cost}
+                "acceptance": self.acceptance, "draft_cost": self.draft_cost,
+                "concurrency": float(self.concurrency), "rate": self.rate, "chunk_tokens": float(self.chunked_prefill)}
 
     def check(self, prompts: Iterable[int], models: Iterable[ModelSpec] = (), layouts: Iterable[Layout] = ()) -> None:
         """Reject combinations that cannot run, saying what would."""
+        if self.concurrency and self.rate:
+            raise ConfigurationError("give the load as --concurrency C (requests in flight) or --rate R "
+                                     "(requests per second), not both")
+        if self.chunked_prefill and not self.under_load:
+            raise ConfigurationError("--chunked-prefill shapes a steady state under load; add --concurrency or --rate")
         if (self.draft_model or self.draft_cost) and not self.draft_tokens:
             raise ConfigurationError("speculative decoding needs --draft-tokens G (tokens drafted per step), e.g. 4")
         if self.gpu_layers is not None:

@@ -229,3 +229,15 @@ def test_offload_report_and_json(capsys):
                        "--format", "Q8_0", "--offload", "auto", "--json")
     data = json.loads(out)
     assert data["offloaded_bytes"] > 10e9 and data["decode_bound"] == "offload" and data["fits"] is True
+
+
+def test_load_options(capsys):
+    code, out, _ = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--concurrency", "32")
+    assert code == 0 and "32 requests in flight" in out and "TTFT (with queueing)" in out
+    code, out, _ = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--rate", "500", "--json")
+    data = json.loads(out)
+    assert data["saturated"] is True and data["ttft_s"] is None and data["max_rate"] > 0
+    code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--chunked-prefill", "512")
+    assert code == 1 and "add --concurrency or --rate" in err
+    with pytest.raises(SystemExit):
+        main(["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--rate", "1", "--concurrency", "2"])
