@@ -140,6 +140,11 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     return ResultTable(columns=columns, index=dict(zip(AXES, grids)), labels=labels, compute_dtypes=dtypes)
 
 
+def _not_finite(value) -> bool:
+    """JSON has no inf or NaN: such values are written as null."""
+    return isinstance(value, float) and not np.isfinite(value)
+
+
 def _serving(**options) -> ServingOptions:
     try:
         return ServingOptions(**options)
@@ -185,7 +190,8 @@ class Estimate:
         """JSON-ready: inputs, then results; speeds are None when it does not fit or the load saturates it."""
         speed_keys = {"ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total",
                       "e2e_latency_s", "tpot_inclusive_s", "throughput_out_tps", "ttft_prefill_s"}
-        results = {k: (None if (k in speed_keys and not self.runnable) else v) for k, v in self.results.items()}
+        results = {k: (None if (k in speed_keys and not self.runnable) or _not_finite(v) else v)
+                   for k, v in self.results.items()}
         return {
             "model": self.model.name, "hf_id": self.model.hf_id, "hardware": self.hardware.name,
             "n_gpus": self.layout.devices, **self.layout.model_dump(),

@@ -257,6 +257,7 @@ def evaluate_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, servi
     out["max_concurrency"] = out["max_batch"]
     out["kv_cache_bytes_per_token"] = tr.kv_bytes_per_token_layer(m, kv_bits) * m["layers"] + 0 * B
     out["offloaded_bytes"] = tr.weight_bytes_stored(m, f) / (tp * pp) * (1 - share)
+    out["kv_crossover_tokens"] = tr.kv_crossover_tokens(m, f, kv_bits, b, tp)
     # how much faster the same configuration would decode with everything on the device
     out["offload_slowdown"] = decode["time_s"] / decode["if_fit_s"]
     return out

@@ -91,6 +91,10 @@ def _bound_line(e: Estimate, phase: str) -> str:
     line = f"{phase}: {bound}-bound, {why}"
     if phase == "decode" and bound == "memory":
         line += f"; its matmuls turn compute-bound near batch {r['critical_batch']:,.0f}"
+    if phase == "decode":
+        crossover = r["kv_crossover_tokens"]
+        line += ("; sliding windows cap the KV reads, so weights dominate at any context" if crossover == float("inf")
+                 else f"; KV-cache reads overtake weight reads past {crossover:,.0f} tokens of context")
     return line
 
 

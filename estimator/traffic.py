@@ -129,3 +129,19 @@ def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention,
         "activations": activation_bytes(m, f, tokens) + tokens * m["vocab"] * LOGIT_BYTES,
         "attention": np.where(fused_attention, 0.0, scores) + q_and_out,
     }
+
+
+def kv_crossover_tokens(m, f, kv_bits, B, tp):
+    """Context length at which a decode step reads as many KV-cache bytes as weight bytes.
+
+    Solves B · kv_layer · (L_global · S + L_local · min(S, W)) = W_step for S. Past
+    it, long contexts make decode KV-bound rather than weight-bound; a model whose
+    layers are all sliding-window never gets there (inf).
+    """
+    per_token = B * kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, tp)
+    weights = weight_bytes_streamed(m, f, B)
+    global_layers = m["layers"] - m["local_layers"]
+    within_window = weights / (per_token * m["layers"])
+    beyond = (weights / per_token - m["local_layers"] * m["window"]) / np.where(global_layers > 0, global_layers, 1)
+    crossover = np.where((m["window"] > 0) & (within_window > m["window"]), beyond, within_window)
+    return np.where((m["window"] > 0) & (within_window > m["window"]) & (global_layers == 0), np.inf, crossover)

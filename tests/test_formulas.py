@@ -274,3 +274,38 @@ class TestOffload:
         gh200 = estimate("llama-3.1-70b", "gh200", weight_format="bf16", offload="auto")
         h100 = estimate("llama-3.1-70b", "H100 PCIe", weight_format="bf16", offload="auto")
         assert gh200.decode_offload_s < h100.decode_offload_s / 5
+
+
+class TestLongContext:
+    """Where KV-cache reads overtake weight reads (estimator/traffic.py kv_crossover_tokens)."""
+
+    def test_mha_model_by_hand(self, db):
+        r = run(db.models.get("llama-2-7b"), db.hardware.get("h100"), B=1)
+        # 13.21 GB of f16 weights per step / 512 KiB of KV per token
+        assert r["kv_crossover_tokens"] == pytest.approx(r["decode_bytes_weights"] / (32 * 2 * 4096 * 2), rel=1e-9)
+        assert 25_000 < r["kv_crossover_tokens"] < 25_300
+
+    def test_batch_brings_the_crossover_closer(self, db):
+        spec, hw = db.models.get("llama-3.1-8b"), db.hardware.get("h100")
+        assert run(spec, hw, B=32)["kv_crossover_tokens"] < run(spec, hw, B=1)["kv_crossover_tokens"] / 20
+
+    def test_all_sliding_window_layers_never_cross(self, db):
+        r = run(db.models.get("mistral-7b-v0.1"), db.hardware.get("h100"), B=1)
+        assert r["kv_crossover_tokens"] == float("inf")
+
+    def test_interleaved_windows_push_it_out(self, db):
+        spec = db.models.get("gemma-3-27b")     # 5 of 6 layers see at most 1024 tokens
+        m = model_columns([spec])
+        r = run(spec, db.hardware.get("h200"), B=1)
+        kv_layer = float(kv_bytes_per_token_layer(m, 16)[0])
+        global_layers, local_layers = 62 - 52, 52
+        expected = (r["decode_bytes_weights"] / kv_layer - local_layers * 1024) / global_layers
+        assert spec.shape.num_local_layers == local_layers
+        assert r["kv_crossover_tokens"] == pytest.approx(expected, rel=1e-9)
+
+    def test_decode_slows_with_context_more_for_mha_than_mla(self, db):
+        hw = db.hardware.get("h200")
+        def slowdown(name, **kw):
+            spec = db.models.get(name)
+            return run(spec, hw, T=65536, O=2, **kw)["itl_s"] / run(spec, hw, T=1024, O=2, **kw)["itl_s"]
+        assert slowdown("llama-2-7b") > 2 * slowdown("deepseek-ai/DeepSeek-V3", tp=8) > 2
