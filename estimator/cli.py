@@ -16,6 +16,7 @@ from estimator import catalog, predict
 from estimator.api import estimate
 from estimator.db import load_database
 from estimator.errors import RooflineError
+from estimator.explain import explain
 from estimator.report import format_estimate
 
 
@@ -24,49 +25,67 @@ def _add_db(p: argparse.ArgumentParser) -> None:
                    help="folder of extra hardware/model YAML entries (repeatable; also $ROOFLINE_DB_PATH)")
 
 
+def _add_estimate_args(p: argparse.ArgumentParser) -> None:
+    """The configuration flags `estimate` and `explain` share."""
+    p.add_argument("--model", required=True, help="name, alias, HF id, or path to a config.json")
+    p.add_argument("--gpu", required=True, help="name, alias or NVML name (see `roofline list gpus`)")
+    p.add_argument("--gpus", type=int, help="devices in all (default tp x pp); beyond one replica: data parallel")
+    p.add_argument("--tp", type=int, help="tensor-parallel ranks per replica (default: all --gpus / pp)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages per replica (default 1)")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel ranks within the TP group, MoE only (default 1)")
+    p.add_argument("--format", default="bf16", help="weight format (default bf16; `roofline list formats`)")
+    p.add_argument("--kv-format", default="f16", help="KV-cache format: f16, bf16, fp8, int8, q4 (default f16)")
+    p.add_argument("--batch", type=int, default=1, help="concurrent sequences (default 1)")
+    p.add_argument("--prompt", type=int, default=512, help="prompt tokens per sequence (default 512)")
+    p.add_argument("--output", type=int, default=256, help="generated tokens per sequence (default 256)")
+    p.add_argument("--attention", choices=("fused", "unfused"), default="fused",
+                   help="fused (FlashAttention-style, default) or unfused attention that writes the score matrix")
+    p.add_argument("--kv-alloc", choices=("paged", "contiguous"), default="paged",
+                   help="paged KV blocks (default) or contiguous per-request reservation")
+    p.add_argument("--kv-block", type=int, default=16, help="tokens per paged KV block (default 16)")
+    p.add_argument("--prefix-tokens", type=int, default=0,
+                   help="prompt prefix shared by all requests (e.g. a system prompt), cached once (default 0)")
+    p.add_argument("--offload", choices=("none", "auto"), default="none",
+                   help="auto: weights that do not fit stream from host memory over PCIe/NVLink-C2C (default none)")
+    p.add_argument("--gpu-layers", type=int, help="llama.cpp-style partial offload: N layers on the GPU, "
+                                                  "the rest computed by the host CPU (--host-cpu)")
+    p.add_argument("--host-cpu", default="AMD Ryzen 9 7950X", help="host CPU for --gpu-layers (default 7950X)")
+    p.add_argument("--draft-model", help="speculative decoding: draft model (name, alias or config.json)")
+    p.add_argument("--draft-tokens", type=int, default=0, help="speculative decoding: tokens drafted per step, γ")
+    p.add_argument("--acceptance", type=float, default=0.7, help="per-token draft acceptance rate α (default 0.7)")
+    p.add_argument("--draft-cost", type=float, default=0.0,
+                   help="without --draft-model: draft cost as a fraction of a target step (EAGLE ~0.05)")
+    load = p.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", type=int, default=0,
+                      help="steady state with C requests in flight (continuous batching; replaces --batch)")
+    load.add_argument("--rate", type=float, default=0.0, help="steady state at R requests/s arriving (open loop)")
+    p.add_argument("--chunked-prefill", type=int, default=0, metavar="TOKENS",
+                   help="under load: mix prompt chunks into decode steps within this token budget per step")
+    p.add_argument("--json", action="store_true", help="print one JSON object (base units: s, bytes)")
+    _add_db(p)
+
+
+def _estimate_kwargs(args: argparse.Namespace) -> dict:
+    """The flags as keyword arguments of :func:`estimator.api.estimate`."""
+    return dict(
+        model=args.model, gpu=args.gpu, n_gpus=args.gpus, tp=args.tp, pp=args.pp, ep=args.ep,
+        weight_format=args.format, kv_format=args.kv_format, batch=args.batch, prompt_tokens=args.prompt,
+        output_tokens=args.output, kv_alloc=args.kv_alloc, kv_block_tokens=args.kv_block,
+        prefix_tokens=args.prefix_tokens, attention=args.attention, offload=args.offload,
+        gpu_layers=args.gpu_layers, host_cpu=args.host_cpu, draft_model=args.draft_model,
+        draft_tokens=args.draft_tokens, acceptance=args.acceptance, draft_cost=args.draft_cost,
+        concurrency=args.concurrency, rate=args.rate, chunked_prefill=args.chunked_prefill)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="roofline", description="How fast will this LLM run on that GPU? Roofline estimates of TTFT, "
                                      "decode tokens/s and memory fit.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    est = sub.add_parser("estimate", help="estimate one configuration")
-    est.add_argument("--model", required=True, help="name, alias, HF id, or path to a config.json")
-    est.add_argument("--gpu", required=True, help="name, alias or NVML name (see `roofline list gpus`)")
-    est.add_argument("--gpus", type=int, help="devices in all (default tp x pp); beyond one replica: data parallel")
-    est.add_argument("--tp", type=int, help="tensor-parallel ranks per replica (default: all --gpus / pp)")
-    est.add_argument("--pp", type=int, default=1, help="pipeline stages per replica (default 1)")
-    est.add_argument("--ep", type=int, default=1, help="expert-parallel ranks within the TP group, MoE only (default 1)")
-    est.add_argument("--format", default="bf16", help="weight format (default bf16; `roofline list formats`)")
-    est.add_argument("--kv-format", default="f16", help="KV-cache format: f16, bf16, fp8, int8, q4 (default f16)")
-    est.add_argument("--batch", type=int, default=1, help="concurrent sequences (default 1)")
-    est.add_argument("--prompt", type=int, default=512, help="prompt tokens per sequence (default 512)")
-    est.add_argument("--output", type=int, default=256, help="generated tokens per sequence (default 256)")
-    est.add_argument("--attention", choices=("fused", "unfused"), default="fused",
-                     help="fused (FlashAttention-style, default) or unfused attention that writes the score matrix")
-    est.add_argument("--kv-alloc", choices=("paged", "contiguous"), default="paged",
-                     help="paged KV blocks (default) or contiguous per-request reservation")
-    est.add_argument("--kv-block", type=int, default=16, help="tokens per paged KV block (default 16)")
-    est.add_argument("--prefix-tokens", type=int, default=0,
-                     help="prompt prefix shared by all requests (e.g. a system prompt), cached once (default 0)")
-    est.add_argument("--offload", choices=("none", "auto"), default="none",
-                     help="auto: weights that do not fit stream from host memory over PCIe/NVLink-C2C (default none)")
-    est.add_argument("--gpu-layers", type=int, help="llama.cpp-style partial offload: N layers on the GPU, "
-                                                    "the rest computed by the host CPU (--host-cpu)")
-    est.add_argument("--host-cpu", default="AMD Ryzen 9 7950X", help="host CPU for --gpu-layers (default 7950X)")
-    est.add_argument("--draft-model", help="speculative decoding: draft model (name, alias or config.json)")
-    est.add_argument("--draft-tokens", type=int, default=0, help="speculative decoding: tokens drafted per step, γ")
-    est.add_argument("--acceptance", type=float, default=0.7, help="per-token draft acceptance rate α (default 0.7)")
-    est.add_argument("--draft-cost", type=float, default=0.0,
-                     help="without --draft-model: draft cost as a fraction of a target step (EAGLE ~0.05)")
-    load = est.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", type=int, default=0,
-                      help="steady state with C requests in flight (continuous batching; replaces --batch)")
-    load.add_argument("--rate", type=float, default=0.0, help="steady state at R requests/s arriving (open loop)")
-    est.add_argument("--chunked-prefill", type=int, default=0, metavar="TOKENS",
-                     help="under load: mix prompt chunks into decode steps within this token budget per step")
-    est.add_argument("--json", action="store_true", help="print one JSON object (base units: s, bytes)")
-    _add_db(est)
+    _add_estimate_args(sub.add_parser("estimate", help="estimate one configuration"))
+    _add_estimate_args(sub.add_parser(
+        "explain", help="why a configuration runs at that speed, and the changes that would help most"))
 
     lst = sub.add_parser("list", help="list gpus, models or formats")
     lst.add_argument("what", choices=("gpus", "models", "formats"))
@@ -101,15 +120,10 @@ def run(args: argparse.Namespace) -> str:
     """Execute a parsed command and return what to print."""
     db = load_database(args.db)
     if args.command == "estimate":
-        e = estimate(args.model, args.gpu, n_gpus=args.gpus, tp=args.tp, pp=args.pp, ep=args.ep,
-                     weight_format=args.format, kv_format=args.kv_format,
-                     batch=args.batch, prompt_tokens=args.prompt, output_tokens=args.output,
-                     kv_alloc=args.kv_alloc, kv_block_tokens=args.kv_block, prefix_tokens=args.prefix_tokens,
-                     attention=args.attention, offload=args.offload, gpu_layers=args.gpu_layers,
-                     host_cpu=args.host_cpu, draft_model=args.draft_model, draft_tokens=args.draft_tokens,
-                     acceptance=args.acceptance, draft_cost=args.draft_cost, concurrency=args.concurrency,
-                     rate=args.rate, chunked_prefill=args.chunked_prefill, db=db)
+        e = estimate(**_estimate_kwargs(args), db=db)
         return json.dumps(e.to_dict(), indent=2) if args.json else format_estimate(e)
+    if args.command == "explain":
+        return explain(_estimate_kwargs(args), db=db, as_json=args.json)
     if args.command == "list":
         return catalog.list_entries(db, args)
     if args.command == "show":

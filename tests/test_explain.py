@@ -1,0 +1,44 @@
+"""`roofline explain`: numbers in words, and changes ranked by re-estimating."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from estimator.api import estimate
+from estimator.cli import main
+from estimator.explain import explain
+
+
+def test_changes_are_re_estimated_not_rules_of_thumb(db):
+    kwargs = dict(model="llama-3.1-8b", gpu="rtx 4090", weight_format="bf16")
+    data = json.loads(explain(kwargs, db=db, as_json=True))
+    by_name = {c["change"]: c for c in data["changes"]}
+    base = estimate(**kwargs, db=db)
+    awq = estimate(**{**kwargs, "weight_format": "int4-awq"}, db=db)
+    assert by_name["4-bit AWQ weights"]["decode_speedup"] == pytest.approx(
+        awq.decode_tps_per_seq / base.decode_tps_per_seq)
+    speedups = [c["decode_speedup"] for c in data["changes"]]
+    assert speedups == sorted(speedups, reverse=True)
+
+
+def test_explanation_names_bytes_bound_and_ridge(capsys):
+    assert main(["explain", "--model", "llama-3.1-70b", "--gpu", "h200", "--format", "fp8", "--batch", "8"]) == 0
+    out = capsys.readouterr().out
+    for text in ("Each decode step moves", "GB of weights", "memory-bound", "ridge point", "What would help most",
+                 "1. ", "2. "):
+        assert text in out
+
+
+def test_a_configuration_that_does_not_fit_gets_the_changes_that_make_it_run(capsys):
+    assert main(["explain", "--model", "llama-3.1-70b", "--gpu", "h100", "--format", "bf16"]) == 0
+    out = capsys.readouterr().out
+    assert "it cannot run" in out and "Changes that make it run" in out and "2 devices" in out
+
+
+def test_offload_is_explained(capsys):
+    assert main(["explain", "--model", "mixtral-8x7b", "--gpu", "rtx 4090", "--format", "Q4_K_M",
+                 "--offload", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert "live in host memory" in out and "offload-bound" in out
