@@ -12,12 +12,12 @@ import os
 import sys
 from typing import Sequence
 
-from estimator import catalog, predict
+from estimator import catalog, disagg, predict
 from estimator.api import estimate
 from estimator.db import load_database
-from estimator.errors import RooflineError
+from estimator.errors import ConfigurationError, RooflineError
 from estimator.explain import explain
-from estimator.report import format_estimate
+from estimator.report import format_disaggregation, format_estimate
 
 
 def _add_db(p: argparse.ArgumentParser) -> None:
@@ -61,6 +61,11 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     load.add_argument("--rate", type=float, default=0.0, help="steady state at R requests/s arriving (open loop)")
     p.add_argument("--chunked-prefill", type=int, default=0, metavar="TOKENS",
                    help="under load: mix prompt chunks into decode steps within this token budget per step")
+    p.add_argument("--prefill-gpus", type=int, help="with --rate: disaggregated serving, X devices prefilling ...")
+    p.add_argument("--decode-gpus", type=int, help="... and Y devices decoding; compared with aggregated on X + Y")
+    p.add_argument("--max-ttft-s", type=float, help="with --prefill-gpus: TTFT target for the fewest-devices search")
+    p.add_argument("--max-itl-s", type=float, help="with --prefill-gpus: inter-token latency target")
+    p.add_argument("--max-gpus", type=int, default=64, help="largest deployment the search tries (default 64)")
     p.add_argument("--json", action="store_true", help="print one JSON object (base units: s, bytes)")
     _add_db(p)
 
@@ -119,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> str:
     """Execute a parsed command and return what to print."""
     db = load_database(args.db)
+    if args.command == "estimate" and (args.prefill_gpus or args.decode_gpus):
+        return _disaggregation(args, db)
     if args.command == "estimate":
         e = estimate(**_estimate_kwargs(args), db=db)
         return json.dumps(e.to_dict(), indent=2) if args.json else format_estimate(e)
@@ -133,6 +140,26 @@ def run(args: argparse.Namespace) -> str:
     if args.command == "predict":
         return predict.predict_file(args.csv, args.out, db=db, force=args.force)
     raise AssertionError(args.command)  # argparse restricts the choices
+
+
+def _disaggregation(args: argparse.Namespace, db) -> str:
+    if not (args.prefill_gpus and args.decode_gpus and args.rate):
+        raise ConfigurationError("disaggregated serving needs --prefill-gpus X, --decode-gpus Y and --rate R")
+    common = dict(tp=args.tp or 1, pp=args.pp, ep=args.ep, weight_format=args.format, kv_format=args.kv_format,
+                  prompt_tokens=args.prompt, output_tokens=args.output, db=db)
+    result = {
+        "rate": args.rate,
+        "disaggregated": disagg.disaggregated(args.model, args.gpu, args.rate, args.prefill_gpus, args.decode_gpus,
+                                              **common),
+        "aggregated": disagg.aggregated(args.model, args.gpu, args.rate, args.prefill_gpus + args.decode_gpus,
+                                        **common),
+    }
+    if args.max_ttft_s or args.max_itl_s:
+        result["fewest_devices"] = disagg.fewest_devices(args.model, args.gpu, args.rate, max_devices=args.max_gpus,
+                                                         max_ttft_s=args.max_ttft_s, max_itl_s=args.max_itl_s,
+                                                         **common)
+        result["targets"] = {"max_ttft_s": args.max_ttft_s, "max_itl_s": args.max_itl_s}
+    return json.dumps(result, indent=2) if args.json else format_disaggregation(result)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -218,3 +218,28 @@ def format_quantity(q) -> str:
 def format_spec(fields: Iterable[tuple[str, str, str]]) -> str:
     """Rows of (field, value, source) for `roofline show`."""
     return table([(k, v, s) for k, v, s in fields], header=("field", "value", "source / note"), align_numbers=False)
+
+
+def _deployment_row(r: dict) -> tuple[str, ...]:
+    layout = (f"{r['prefill_devices']} prefill + {r['decode_devices']} decode" if r["mode"] == "disaggregated"
+              else f"{r['devices']} devices, continuous batching")
+    if r["saturated"]:
+        return r["mode"], layout, "saturated", "saturated", f"{r['decode_batch']:.1f}"
+    return r["mode"], layout, seconds(r["ttft_s"]), seconds(r["itl_s"]), f"{r['decode_batch']:.1f}"
+
+
+def format_disaggregation(result: dict) -> str:
+    """Disaggregated vs aggregated serving at one rate, and the fewest devices meeting targets."""
+    rows = [_deployment_row(result["disaggregated"]), _deployment_row(result["aggregated"])]
+    lines = [f"At {result['rate']:g} requests/s:",
+             table(rows, header=("serving", "devices", "TTFT", "ITL", "decode batch per instance")),
+             f"  KV transfer per request (prefill -> decode): {seconds(result['disaggregated']['kv_transfer_s'])}"]
+    if "fewest_devices" in result:
+        t = result["targets"]
+        goal = ", ".join(f"{k.replace('max_', '').replace('_s', '').upper()} <= {seconds(v)}" for k, v in t.items() if v)
+        lines += ["", f"Fewest devices meeting {goal}:"]
+        for mode, best in result["fewest_devices"].items():
+            lines.append(f"  {mode}: " + ("none within the search limit" if best is None else
+                                           f"{best['devices']} devices ({_deployment_row(best)[1]}), TTFT "
+                                           f"{seconds(best['ttft_s'])}, ITL {seconds(best['itl_s'])}"))
+    return "\n".join(lines)
