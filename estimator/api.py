@@ -125,7 +125,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         m=on_axis(model_columns(model_specs), 0), hw=on_axis(hardware_columns(devices), 1),
         f=f_columns, kv=on_axis(kv_columns(kvs), 3), host=host, draft=draft,
         peak_linear_flops_per_s=peaks.T.reshape(1, sizes[1], sizes[2], 1, 1, 1, 1, 1),
-        layout={k: values_on_axis([getattr(x, k) for x in layout_specs], 4) for k in ("tp", "pp", "ep", "dp")},
+        layout={k: values_on_axis([x.columns()[k] for x in layout_specs], 4) for k in layout_specs[0].columns()},
         B=values_on_axis(batches, 5), T=values_on_axis(prompt_tokens, 6),
         O=values_on_axis(output_tokens, 7), serving=serving.columns())
     keep = results if detail else {k: results[k] for k in MAIN_COLUMNS}
@@ -204,7 +204,8 @@ class Estimate:
 
 
 def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None = None, tp: int | None = None,
-             pp: int = 1, ep: int = 1, weight_format: str = "bf16", kv_format: str = "f16", batch: int = 1,
+             pp: int = 1, ep: int = 1, devices_per_node: int = 8, network_gbps: float = 400.0,
+             weight_format: str = "bf16", kv_format: str = "f16", batch: int = 1,
              prompt_tokens: int = 512, output_tokens: int = 256, kv_alloc: str = "paged", kv_block_tokens: int = 16,
              prefix_tokens: int = 0, attention: str = "fused", offload: str = "none", gpu_layers: int | None = None,
              host_cpu: str = DEFAULT_HOST_CPU, draft_model: str | None = None, draft_tokens: int = 0,
@@ -230,7 +231,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     """
     db = db or load_database()
     spec, device = resolve_model(model, db), resolve_hardware(gpu, db)
-    layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep)
+    layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep, devices_per_node=devices_per_node,
+                                 network_gbps=network_gbps)
     serving = _serving(kv_alloc=kv_alloc, kv_block_tokens=kv_block_tokens, prefix_tokens=prefix_tokens,
                        attention=attention, offload=offload, gpu_layers=gpu_layers, host_cpu=host_cpu,
                        draft_model=draft_model, draft_tokens=draft_tokens, acceptance=acceptance, draft_cost=draft_cost,
@@ -285,8 +287,8 @@ def evaluate_configurations(configs: Sequence[Configuration],
     return evaluate(m=m, hw=hw, f=f, kv=kv, peak_linear_flops_per_s=peaks[f_index, hw_index],
                     B=[c.batch for c in configs], T=[c.prompt_tokens for c in configs],
                     O=[c.output_tokens for c in configs],
-                    layout={k: np.array([getattr(c.layout, k) for c in configs], dtype=float)
-                            for k in ("tp", "pp", "ep", "dp")},
+                    layout={k: np.array([c.layout.columns()[k] for c in configs], dtype=float)
+                            for k in configs[0].layout.columns()},
                     serving=(serving or ServingOptions()).columns())
 
 

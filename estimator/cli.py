@@ -33,6 +33,10 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int, help="tensor-parallel ranks per replica (default: all --gpus / pp)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages per replica (default 1)")
     p.add_argument("--ep", type=int, default=1, help="expert-parallel ranks within the TP group, MoE only (default 1)")
+    p.add_argument("--devices-per-node", type=int, default=8,
+                   help="devices on one scale-up link (NVLink domain); beyond it the network is used (default 8)")
+    p.add_argument("--network-gbps", type=float, default=400.0,
+                   help="scale-out network per device between nodes, Gbit/s one way (default 400: InfiniBand NDR)")
     p.add_argument("--format", default="bf16", help="weight format (default bf16; `roofline list formats`)")
     p.add_argument("--kv-format", default="f16", help="KV-cache format: f16, bf16, fp8, int8, q4 (default f16)")
     p.add_argument("--batch", type=int, default=1, help="concurrent sequences (default 1)")
@@ -74,6 +78,7 @@ def _estimate_kwargs(args: argparse.Namespace) -> dict:
     """The flags as keyword arguments of :func:`estimator.api.estimate`."""
     return dict(
         model=args.model, gpu=args.gpu, n_gpus=args.gpus, tp=args.tp, pp=args.pp, ep=args.ep,
+        devices_per_node=args.devices_per_node, network_gbps=args.network_gbps,
         weight_format=args.format, kv_format=args.kv_format, batch=args.batch, prompt_tokens=args.prompt,
         output_tokens=args.output, kv_alloc=args.kv_alloc, kv_block_tokens=args.kv_block,
         prefix_tokens=args.prefix_tokens, attention=args.attention, offload=args.offload,

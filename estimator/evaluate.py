@@ -18,7 +18,9 @@ from estimator.efficiency import GENERIC_ENGINE, EngineDefaults
 from estimator.kvcache import PAGED_BLOCK_TOKENS
 from estimator.memory import memory_fit
 from estimator.offload import LAYERS, NONE, device_weight_share, streaming_time
-from estimator.parallel import micro_batches, pipeline_transfer_time, stage_communication_time
+from estimator.parallel import (DEFAULT_NETWORK_BYTES_PER_S, DEFAULT_NODE_DEVICES, micro_batches,
+                                pipeline_transfer_time, pp_link_bytes_per_s, stage_communication_time,
+                                tp_link_bytes_per_s)
 from estimator.roofline import bound_of, pass_time
 from estimator.serving import max_sustainable_rate, steady_state
 from estimator.span import decode_context_range, mean_span
@@ -58,13 +60,16 @@ class _Setup:
     rates: dict
     host_rates: dict | None
     device_share: np.ndarray   # of the weights; the rest is offloaded
+    tp_link: np.ndarray        # bytes/s the TP collectives run at
+    pp_link: np.ndarray        # bytes/s between pipeline stages
 
 
 def _stage(s: _Setup, flops: dict, bytes_: dict, tokens) -> dict:
     """One pipeline-stage pass of a micro-batch of ``tokens`` new tokens, offload included."""
     devices = s.tp * s.pp
     overhead_s = s.m["layers"] / s.pp * s.engine.per_layer_s
-    communication_s = stage_communication_time(s.m, s.hw, tokens, s.tp, s.pp, s.ep, s.engine.allreduce_latency_s)
+    communication_s = stage_communication_time(s.m, s.hw, tokens, s.tp, s.pp, s.ep, s.engine.allreduce_latency_s,
+                                               s.tp_link)
     streamed = np.where(s.serving["offload"] == LAYERS, 0.0, 1.0) * streaming_time(
         bytes_["weights"] / devices, s.device_share, s.hw["host_link_bytes_per_s"])
     device = pass_time(flops, bytes_, s.rates, devices, overhead_s, communication_s, streamed)
@@ -103,7 +108,7 @@ def _decode(s: _Setup, b, micro, spans, q=1):
     flops = fl.decode_flops(s.m, b, *spans, q=q)
     bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, *spans, s.tp, s.serving["fused_attention"], q=q)
     phase = _phase(_stage(s, flops, bytes_, b * q), np.maximum(micro, s.pp), s.engine.per_step_s,
-                   pipeline_transfer_time(s.m, s.hw, b * q, s.pp, s.engine.allreduce_latency_s))
+                   pipeline_transfer_time(s.m, b * q, s.pp, s.engine.allreduce_latency_s, s.pp_link))
     return flops, bytes_, phase
 
 
@@ -113,7 +118,7 @@ def _prefill(s: _Setup, b, micro, T, cached):
     bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, s.serving["fused_attention"], cached)
     new_tokens = b * (T - cached)
     phase = _phase(_stage(s, flops, bytes_, new_tokens), micro + s.pp - 1, s.engine.per_step_s,
-                   pipeline_transfer_time(s.m, s.hw, new_tokens, s.pp, s.engine.allreduce_latency_s))
+                   pipeline_transfer_time(s.m, new_tokens, s.pp, s.engine.allreduce_latency_s, s.pp_link))
     return flops, bytes_, phase
 
 
@@ -187,7 +192,8 @@ def evaluate_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, servi
     B, T, O : array
         Concurrent sequences (over all replicas), prompt tokens, output tokens.
     layout : dict
-        ``tp``, ``pp``, ``ep``, ``dp`` arrays (:mod:`estimator.parallel`).
+        ``tp``, ``pp``, ``ep``, ``dp`` arrays, optionally ``node`` (devices per scale-up domain) and
+        ``network_bytes_per_s`` (:mod:`estimator.parallel`).
     serving : dict
         ``paged`` KV allocation, ``block_tokens``, cached ``prefix_tokens`` per prompt,
         ``fused_attention``, ``offload`` mode and ``gpu_layers`` (:data:`DEFAULT_SERVING`).
@@ -220,8 +226,10 @@ def evaluate_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, servi
     if serving["offload"] != NONE:  # re-plan the memory with the offloaded part on the host
         kv_share = np.where(serving["offload"] == LAYERS, share, 1.0)
         memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, share, kv_share, draft)
+    node = np.asarray(layout.get("node", DEFAULT_NODE_DEVICES), dtype=float)
+    network = np.asarray(layout.get("network_bytes_per_s", DEFAULT_NETWORK_BYTES_PER_S), dtype=float)
     s = _Setup(m, hw, f, kv_bits, tp, pp, ep, serving, engine, effective_rates(hw, f, peak_linear_flops_per_s, engine),
-               host, share)
+               host, share, tp_link_bytes_per_s(hw, tp, node, network), pp_link_bytes_per_s(hw, tp, pp, node, network))
 
     prefill_flops, prefill_bytes, prefill = _prefill(s, b, micro, T, cached)
     lo, hi, steps = decode_context_range(T, O)

@@ -29,6 +29,13 @@ class Layout(BaseModel):
     pp: int = Field(default=1, ge=1, description="pipeline stages")
     ep: int = Field(default=1, ge=1, description="expert-parallel ranks (within the TP group)")
     dp: int = Field(default=1, ge=1, description="data-parallel replicas")
+    devices_per_node: int = Field(default=8, ge=1, description="devices sharing one scale-up link (NVLink domain)")
+    network_gbps: float = Field(default=400.0, gt=0, description="scale-out network per device, Gbit/s one way")
+
+    def columns(self) -> dict:
+        """The values :func:`estimator.evaluate.evaluate` reads for this layout."""
+        return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "dp": self.dp, "node": self.devices_per_node,
+                "network_bytes_per_s": self.network_gbps * 1e9 / 8}
 
     @property
     def devices(self) -> int:
@@ -36,10 +43,13 @@ class Layout(BaseModel):
 
     @property
     def label(self) -> str:
-        return f"tp{self.tp} pp{self.pp} ep{self.ep} dp{self.dp}"
+        nodes = "" if self.tp * self.pp <= self.devices_per_node else \
+            f" over {-(-self.tp * self.pp // self.devices_per_node)} nodes"
+        return f"tp{self.tp} pp{self.pp} ep{self.ep} dp{self.dp}{nodes}"
 
     @classmethod
-    def from_devices(cls, devices: int | None = None, tp: int | None = None, pp: int = 1, ep: int = 1) -> "Layout":
+    def from_devices(cls, devices: int | None = None, tp: int | None = None, pp: int = 1, ep: int = 1,
+                     **system) -> "Layout":
         """Fill in what is not given: N devices alone means TP over all of them; TP and PP alone use tp·pp devices."""
         for name, value in (("devices", devices), ("tp", tp), ("pp", pp), ("ep", ep)):
             if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
@@ -54,7 +64,7 @@ class Layout(BaseModel):
             raise ConfigurationError(
                 f"{devices} devices cannot hold replicas of tp={tp} x pp={pp} = {tp * pp} devices; "
                 f"use a multiple of {tp * pp}, or change --tp/--pp")
-        return cls(tp=tp, pp=pp, ep=ep, dp=devices // (tp * pp))
+        return cls(tp=tp, pp=pp, ep=ep, dp=devices // (tp * pp), **system)
 
 
 def as_layout(value: "int | Layout") -> Layout:
