@@ -13,11 +13,11 @@ import sys
 from typing import Sequence
 
 from estimator import catalog, disagg, predict
-from estimator.api import estimate
+from estimator.api import estimate, speculative_speedup_grid
 from estimator.db import load_database
 from estimator.errors import ConfigurationError, RooflineError
 from estimator.explain import explain
-from estimator.report import format_disaggregation, format_estimate
+from estimator.report import format_disaggregation, format_estimate, table
 
 
 def _add_db(p: argparse.ArgumentParser) -> None:
@@ -97,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_estimate_args(sub.add_parser(
         "explain", help="why a configuration runs at that speed, and the changes that would help most"))
 
+    spec = sub.add_parser("speculation", help="speculative-decoding speed-up over acceptance rate and draft length")
+    _add_estimate_args(spec)
+    spec.add_argument("--out", help="write the plot to this PNG file (never over an existing file without --force)")
+    spec.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+
     lst = sub.add_parser("list", help="list gpus, models or formats")
     lst.add_argument("what", choices=("gpus", "models", "formats"))
     lst.add_argument("--vendor", help="gpus: only this vendor (e.g. NVIDIA, AMD, Apple)")
@@ -136,6 +141,8 @@ def run(args: argparse.Namespace) -> str:
         return json.dumps(e.to_dict(), indent=2) if args.json else format_estimate(e)
     if args.command == "explain":
         return explain(_estimate_kwargs(args), db=db, as_json=args.json)
+    if args.command == "speculation":
+        return _speculation(args, db)
     if args.command == "list":
         return catalog.list_entries(db, args)
     if args.command == "show":
@@ -145,6 +152,46 @@ def run(args: argparse.Namespace) -> str:
     if args.command == "predict":
         return predict.predict_file(args.csv, args.out, db=db, force=args.force)
     raise AssertionError(args.command)  # argparse restricts the choices
+
+
+SPECULATION_ALPHAS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+SPECULATION_GAMMAS = (1, 2, 3, 4, 6, 8)
+
+
+def _speculation(args: argparse.Namespace, db) -> str:
+    kwargs = {k: v for k, v in _estimate_kwargs(args).items() if k not in ("draft_tokens", "acceptance")}
+    if not (kwargs["draft_model"] or kwargs["draft_cost"]):
+        kwargs["draft_cost"] = 0.05
+    grid = speculative_speedup_grid(**kwargs, alphas=SPECULATION_ALPHAS, gammas=SPECULATION_GAMMAS, db=db)
+    if args.json:
+        return json.dumps({"alphas": SPECULATION_ALPHAS, "gammas": SPECULATION_GAMMAS, "speedup": grid.tolist()})
+    rows = [(f"γ = {g}", *(f"{v:.2f}" for v in row)) for g, row in zip(SPECULATION_GAMMAS, grid)]
+    draft = kwargs["draft_model"] or f"heads at {kwargs['draft_cost']:g} of a step"
+    text = (f"Speculative decoding speed-up, {args.model} on {args.gpu}, batch {args.batch}, draft {draft}\n"
+            + table(rows, header=("", *(f"α={a:g}" for a in SPECULATION_ALPHAS))))
+    if args.out:
+        text += "\n" + _save_speculation_plot(args, grid, draft)
+    return text
+
+
+def _save_speculation_plot(args: argparse.Namespace, grid, draft: str) -> str:
+    from pathlib import Path
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from estimator.plots import plot_speculative_speedup
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise ConfigurationError(f"{out} exists; pass --force to overwrite it, or choose another --out")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    plot_speculative_speedup(ax, SPECULATION_ALPHAS, SPECULATION_GAMMAS, grid,
+                             title=f"{args.model} on {args.gpu}, batch {args.batch}, draft: {draft}")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return f"plot written to {out}"
 
 
 def _disaggregation(args: argparse.Namespace, db) -> str:

@@ -251,6 +251,8 @@ def evaluate_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, servi
         "decode_intensity_flops_per_byte": fl.total(decode_flops) / sum(decode_bytes.values()),
         "ridge_flops_per_byte": peak_linear_flops_per_s / hw["bandwidth_bytes_per_s"],
         "critical_batch": _critical_batch(s, b),
+        # the same, counted in concurrent sequences over all replicas and micro-batches
+        "compute_bound_concurrency": _critical_batch(s, b) * micro * dp,
         "mean_decode_context": span_global,
     })
     for phase, times in (("prefill", prefill), ("decode", decode)):

@@ -67,3 +67,13 @@ def test_speedup_grid_and_plot():
     artists = plot_speculative_speedup(ax, alphas, gammas, grid, title="Llama-3.1-70B on 2 x H100")
     assert len(artists) == 5 and ax.get_xlabel().startswith("acceptance")
     plt.close(fig)
+
+
+def test_speculation_command_prints_the_grid_and_saves_the_plot(tmp_path, capsys):
+    from estimator.cli import main
+    out = tmp_path / "spec.png"
+    assert main(["speculation", "--model", "llama-3.1-8b", "--gpu", "l4", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "γ = 4" in text and "α=0.8" in text and out.stat().st_size > 10_000
+    assert main(["speculation", "--model", "llama-3.1-8b", "--gpu", "l4", "--out", str(out)]) == 1
+    assert "--force" in capsys.readouterr().err
