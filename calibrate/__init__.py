@@ -6,7 +6,7 @@ extra, installed with ``pip install 'llm-roofline[calibrate]'``.
 
 from __future__ import annotations
 
-INSTALL_HINT = "pip install 'llm-roofline[calibrate]'"
+INSTALL_HINT = "pip install 'llm-roofline[calibrate]'"  # torch==2.13.0 (CPU build on CI) and nvidia-ml-py
 
 
 def require_torch():

@@ -13,6 +13,8 @@ from typing import Sequence
 import numpy as np
 from pydantic import ValidationError
 
+from estimator.calibration import (CalibrationProfile, device_efficiencies, find_profile, hardware_from_profile,
+                                   load_profile, profile_dir)
 from estimator.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
 from estimator.db import Database, load_database
 from estimator.efficiency import GENERIC_ENGINE
@@ -31,6 +33,11 @@ MAIN_COLUMNS = (
     "tpot_inclusive_s", "throughput_out_tps", "prefill_bound", "decode_bound",
     "memory_required_bytes", "memory_available_bytes", "fits", "max_batch",
 )
+
+
+# The compute efficiency a profile lends to every dtype: its widest measured GEMM, since a profile
+# need not cover every format's dtype.
+CALIBRATED_DTYPES = ("bf16", "fp16", "fp32")
 
 
 def resolve_model(model: str | ModelSpec, db: Database) -> ModelSpec:
@@ -59,7 +66,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
           weight_formats: Sequence[str | WeightFormat] = ("bf16",), kv_formats: Sequence[str | KVFormat] = ("f16",),
           batches: Sequence[int] = (1,), prompt_tokens: Sequence[int] = (512,), output_tokens: Sequence[int] = (256,),
           layouts: Sequence[int | Layout] = (1,), *, serving: ServingOptions | None = None, detail: bool = False,
-          db: Database | None = None) -> ResultTable:
+          calibrations: dict[str, CalibrationProfile] | None = None, db: Database | None = None) -> ResultTable:
     """Estimate every combination of the given lists (their cartesian product).
 
     Parameters
@@ -73,6 +80,8 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         Device layouts; an int N means tensor parallelism over N devices.
     serving : ServingOptions
         KV allocation (paged/contiguous, block size), cached prefix, fused or unfused attention.
+    calibrations : dict
+        Calibration profiles by hardware name: their measured device efficiencies replace the defaults.
     detail : bool
         Also return the FLOP and byte ledgers and the time split per phase.
 
@@ -121,8 +130,16 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         host_peaks, _ = compute_peak_table(fmts, [cpu])
         host = effective_rates(hardware_columns([cpu]), f_columns, values_on_axis(host_peaks[:, 0], 2), GENERIC_ENGINE)
     draft = None if serving.draft_model is None else model_columns([resolve_model(serving.draft_model, db)])
+    hw_columns = hardware_columns(devices)
+    for i, device in enumerate(devices):
+        profile = (calibrations or {}).get(device.name)
+        if profile is not None:
+            bandwidth_eff, compute_eff, _ = device_efficiencies(profile, device, CALIBRATED_DTYPES)
+            hw_columns["device_bandwidth_eff"][i] = bandwidth_eff
+            if compute_eff is not None:
+                hw_columns["device_compute_eff"][i] = compute_eff
     results = evaluate(
-        m=on_axis(model_columns(model_specs), 0), hw=on_axis(hardware_columns(devices), 1),
+        m=on_axis(model_columns(model_specs), 0), hw=on_axis(hw_columns, 1),
         f=f_columns, kv=on_axis(kv_columns(kvs), 3), host=host, draft=draft,
         peak_linear_flops_per_s=peaks.T.reshape(1, sizes[1], sizes[2], 1, 1, 1, 1, 1),
         layout={k: values_on_axis([x.columns()[k] for x in layout_specs], 4) for k in layout_specs[0].columns()},
@@ -138,6 +155,29 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         "output_tokens": list(output_tokens),
     }
     return ResultTable(columns=columns, index=dict(zip(AXES, grids)), labels=labels, compute_dtypes=dtypes)
+
+
+def resolve_calibrated_hardware(gpu: str | Hardware, calibration, db: Database):
+    """The device, and the calibration profile to apply to it (or None).
+
+    ``gpu="local"`` is the device of the given profile, or of the newest one in the
+    calibration folder; a device the database does not know is built from its profile.
+    ``calibration`` is a profile, a path, ``"auto"`` (the newest profile of this device
+    in the calibration folder, if any) or None.
+    """
+    if isinstance(calibration, (str, Path)) and str(calibration) not in ("auto", "none"):
+        calibration = load_profile(calibration)
+    if isinstance(gpu, str) and gpu.strip().lower() == "local":
+        profile = calibration if isinstance(calibration, CalibrationProfile) else find_profile()
+        if profile is None:
+            raise ConfigurationError(f"--gpu local needs a calibration profile: run `roofline calibrate` first "
+                                     f"(profiles are kept in {profile_dir()}) or pass --calibration FILE")
+        matched = profile.device.matched_hardware
+        return (db.hardware.get(matched) if matched else hardware_from_profile(profile)), profile
+    device = resolve_hardware(gpu, db)
+    if calibration == "auto":
+        return device, find_profile(device.name, *device.aliases)
+    return device, calibration if isinstance(calibration, CalibrationProfile) else None
 
 
 def _not_finite(value) -> bool:
@@ -172,6 +212,7 @@ class Estimate:
     output_tokens: int
     serving: ServingOptions
     compute_dtype: str
+    efficiency_source: str
     results: dict
     warnings: tuple[str, ...] = ()
 
@@ -198,7 +239,7 @@ class Estimate:
             "weight_format": self.weight_format.name, "kv_format": self.kv_format.name,
             "compute_dtype": self.compute_dtype, "batch": self.batch, "prompt_tokens": self.prompt_tokens,
             "output_tokens": self.output_tokens, **self.serving.model_dump(),
-            "efficiency_source": "datasheet peaks x default efficiencies (no calibration profile)",
+            "efficiency_source": self.efficiency_source,
             **results, "warnings": list(self.warnings),
         }
 
@@ -210,7 +251,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
              prefix_tokens: int = 0, attention: str = "fused", offload: str = "none", gpu_layers: int | None = None,
              host_cpu: str = DEFAULT_HOST_CPU, draft_model: str | None = None, draft_tokens: int = 0,
              acceptance: float = 0.7, draft_cost: float = 0.0, concurrency: int = 0, rate: float = 0.0,
-             chunked_prefill: int = 0, db: Database | None = None) -> Estimate:
+             chunked_prefill: int = 0, calibration: str | CalibrationProfile | None = "auto",
+             db: Database | None = None) -> Estimate:
     """Estimate TTFT, decode speed and memory fit for one configuration.
 
     Parameters are as in :func:`sweep`, one value each; the layout is given by
@@ -230,7 +272,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     (True, 'memory')
     """
     db = db or load_database()
-    spec, device = resolve_model(model, db), resolve_hardware(gpu, db)
+    spec = resolve_model(model, db)
+    device, profile = resolve_calibrated_hardware(gpu, calibration, db)
     layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep, devices_per_node=devices_per_node,
                                  network_gbps=network_gbps)
     serving = _serving(kv_alloc=kv_alloc, kv_block_tokens=kv_block_tokens, prefix_tokens=prefix_tokens,
@@ -238,9 +281,15 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
                        draft_model=draft_model, draft_tokens=draft_tokens, acceptance=acceptance, draft_cost=draft_cost,
                        concurrency=concurrency, rate=rate, chunked_prefill=chunked_prefill)
     table = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
-                  [layout], serving=serving, detail=True, db=db)
+                  [layout], serving=serving, detail=True, db=db,
+                  calibrations=None if profile is None else {device.name: profile})
     row = table.row(0)
     warnings = []
+    source = "datasheet peaks x default device efficiencies (no calibration profile)"
+    if profile is not None:
+        source = device_efficiencies(profile, device, CALIBRATED_DTYPES)[2]
+        if source.startswith("BORROWED"):
+            warnings.append(source)
     if row.get("saturated"):
         warnings.append(f"saturated: the load exceeds what this configuration serves; about "
                         f"{row['max_rate']:.2f} requests/s at most (whole-prompt prefill, KV-cache bound)")
@@ -250,7 +299,7 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     return Estimate(
         model=spec, hardware=device, weight_format=resolve_weight_format(weight_format),
         kv_format=resolve_kv_format(kv_format), layout=layout, batch=batch, prompt_tokens=prompt_tokens,
-        output_tokens=output_tokens, serving=serving, compute_dtype=row.pop("compute_dtype"),
+        output_tokens=output_tokens, serving=serving, compute_dtype=row.pop("compute_dtype"), efficiency_source=source,
         results={k: v for k, v in row.items() if k not in AXES}, warnings=tuple(warnings))
 
 

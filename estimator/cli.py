@@ -70,6 +70,9 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-ttft-s", type=float, help="with --prefill-gpus: TTFT target for the fewest-devices search")
     p.add_argument("--max-itl-s", type=float, help="with --prefill-gpus: inter-token latency target")
     p.add_argument("--max-gpus", type=int, default=64, help="largest deployment the search tries (default 64)")
+    p.add_argument("--calibration", default="auto",
+                   help="calibration profile (YAML from `roofline calibrate`); 'auto' (default) uses the newest "
+                        "profile of this device in the calibration folder, 'none' the datasheet defaults")
     p.add_argument("--json", action="store_true", help="print one JSON object (base units: s, bytes)")
     _add_db(p)
 
@@ -84,7 +87,8 @@ def _estimate_kwargs(args: argparse.Namespace) -> dict:
         prefix_tokens=args.prefix_tokens, attention=args.attention, offload=args.offload,
         gpu_layers=args.gpu_layers, host_cpu=args.host_cpu, draft_model=args.draft_model,
         draft_tokens=args.draft_tokens, acceptance=args.acceptance, draft_cost=args.draft_cost,
-        concurrency=args.concurrency, rate=args.rate, chunked_prefill=args.chunked_prefill)
+        concurrency=args.concurrency, rate=args.rate, chunked_prefill=args.chunked_prefill,
+        calibration=None if args.calibration == "none" else args.calibration)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,6 +105,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_estimate_args(spec)
     spec.add_argument("--out", help="write the plot to this PNG file (never over an existing file without --force)")
     spec.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+
+    cal = sub.add_parser("calibrate", help="measure this machine's device and write a calibration profile")
+    cal.add_argument("--device", default="cpu", help="cuda, cpu or mps (default cpu)")
+    mode = cal.add_mutually_exclusive_group()
+    mode.add_argument("--quick", dest="mode", action="store_const", const="quick", help="well under a minute (default)")
+    mode.add_argument("--full", dest="mode", action="store_const", const="full", help="a few minutes, more sizes")
+    mode.add_argument("--smoke", dest="mode", action="store_const", const="smoke",
+                      help="the smallest plan, a few seconds: checks the setup, not for estimates")
+    cal.add_argument("--out", help="profile path (default: the calibration folder, named after the device)")
+    cal.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    cal.add_argument("--compare", nargs=2, metavar=("A.yaml", "B.yaml"), help="compare two profiles instead")
+    _add_db(cal)
 
     lst = sub.add_parser("list", help="list gpus, models or formats")
     lst.add_argument("what", choices=("gpus", "models", "formats"))
@@ -141,6 +157,8 @@ def run(args: argparse.Namespace) -> str:
         return json.dumps(e.to_dict(), indent=2) if args.json else format_estimate(e)
     if args.command == "explain":
         return explain(_estimate_kwargs(args), db=db, as_json=args.json)
+    if args.command == "calibrate":
+        return _calibrate(args, db)
     if args.command == "speculation":
         return _speculation(args, db)
     if args.command == "list":
@@ -152,6 +170,23 @@ def run(args: argparse.Namespace) -> str:
     if args.command == "predict":
         return predict.predict_file(args.csv, args.out, db=db, force=args.force)
     raise AssertionError(args.command)  # argparse restricts the choices
+
+
+def _calibrate(args: argparse.Namespace, db) -> str:
+    from estimator.calibration import default_profile_path, load_profile, save_profile
+    try:
+        from calibrate.run import calibrate, stderr_progress, tiny_plan
+        from calibrate.summary import compare, format_profile
+    except ImportError as exc:
+        raise ConfigurationError(str(exc)) from None
+    if args.compare:
+        return compare(*(load_profile(p) for p in args.compare))
+    plan = tiny_plan(args.device) if args.mode == "smoke" else None
+    profile = calibrate(args.device, "quick" if args.mode in (None, "smoke") else args.mode, plan=plan, db=db,
+                        progress=stderr_progress)
+    out = save_profile(profile, args.out or default_profile_path(profile.device.name), force=args.force or not args.out)
+    hardware = db.hardware.get(profile.device.matched_hardware) if profile.device.matched_hardware else None
+    return format_profile(profile, hardware) + f"\nprofile written to {out}"
 
 
 SPECULATION_ALPHAS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)

@@ -43,6 +43,7 @@ class MemoryType(str, Enum):
     DDR4 = "DDR4"
     DDR5 = "DDR5"
     MRDIMM = "MRDIMM"
+    unknown = "unknown"   # only for devices built from a calibration profile
 
 
 class Memory(Frozen):

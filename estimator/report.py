@@ -98,6 +98,14 @@ def _bound_line(e: Estimate, phase: str) -> str:
     return line
 
 
+def _bandwidth_text(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / TB:.2f} TB/s" if bytes_per_s >= 0.5 * TB else f"{bytes_per_s / GB:.1f} GB/s"
+
+
+def _flops_text(flops_per_s: float) -> str:
+    return f"{flops_per_s / TFLOPS:,.0f} TFLOPS" if flops_per_s >= 10 * TFLOPS else f"{flops_per_s / 1e9:,.0f} GFLOPS"
+
+
 def _layout_text(layout) -> str:
     parts = [f"tensor-parallel {layout.tp}"]
     if layout.pp > 1:
@@ -121,8 +129,8 @@ def format_estimate(e: Estimate) -> str:
         f"{'fused (FlashAttention-style)' if e.serving.attention == 'fused' else 'unfused'} attention, "
         f"{e.serving.kv_alloc} KV cache" + (f", {e.serving.prefix_tokens}-token cached prefix"
                                             if e.serving.prefix_tokens else ""),
-        f"device: {bw / TB:.2f} TB/s, {peak / TFLOPS:,.0f} TFLOPS dense {e.compute_dtype}, "
-        f"{hw.memory_capacity_bytes / 2**30:.0f} GiB {hw.memory.type.value}",
+        f"device: {_bandwidth_text(bw)}, {_flops_text(peak)} dense {e.compute_dtype}, "
+        f"{hw.memory_capacity_bytes / 2**30:.0f} GiB {hw.memory.type.value} memory",
     ]
     memory = [
         ("weights", gigabytes(r["memory_weights_bytes"])),
@@ -155,8 +163,8 @@ def format_estimate(e: Estimate) -> str:
                   "", "Where the time goes", table(_time_rows(r), header=("", "prefill", "decode step")),
                   "", f"Bytes per decode step at the mean context ({r['mean_decode_context']:,.0f} tokens)",
                   table(_ledger_rows(r, "decode_bytes", gigabytes))]
-    parts += ["", "Efficiencies: datasheet peaks x default device and engine efficiencies (no calibration "
-              f"profile); per-step {seconds(GENERIC_ENGINE.per_step_s)}, per-layer "
+    parts += ["", f"Efficiencies: {e.efficiency_source}; generic engine efficiencies; "
+              f"per-step {seconds(GENERIC_ENGINE.per_step_s)}, per-layer "
               f"{seconds(GENERIC_ENGINE.per_layer_s)} overheads; {seconds(GENERIC_ENGINE.allreduce_latency_s)} "
               "per all-reduce.",
               "", "Definitions"] + [f"  {d}" for d in DEFINITIONS]

@@ -1,10 +1,16 @@
-"""Shared fixtures: the built-in database, loaded once."""
+"""Shared fixtures; the suite never reads the user's own databases or calibration profiles."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 
-from estimator.db import load_database
+os.environ.pop("ROOFLINE_DB_PATH", None)
+os.environ["ROOFLINE_CALIBRATION_DIR"] = tempfile.mkdtemp(prefix="roofline-test-calibrations-")
+
+from estimator.db import load_database  # noqa: E402  (after the environment is set)
 
 
 @pytest.fixture(scope="session")

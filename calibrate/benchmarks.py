@@ -1,0 +1,160 @@
+"""Microbenchmarks: each returns one raw measurement as a dict (or raises; the runner records errors).
+
+Conventions: bytes are counted as STREAM does (a copy moves its bytes twice,
+read and write; a reduction once); a matmul [M,K]x[K,N] is 2·M·N·K FLOPs;
+inputs are random (never zeros, which some hardware compresses), rotated over
+several buffers whose total exceeds the last-level cache, and every result is
+checked against a reference before its timing is kept.
+"""
+
+from __future__ import annotations
+
+import math
+
+from calibrate.timing import measure
+
+DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+
+
+class CheckFailed(RuntimeError):
+    """A kernel's result differed from its reference: its timing is not trusted."""
+
+
+def _dtype(torch, name: str):
+    return getattr(torch, DTYPE_NAMES[name])
+
+
+def _rotation(size_bytes: float, llc_bytes: float, budget_bytes: float) -> int:
+    """Buffers to cycle through so that repeated runs miss the cache (2..8, within the memory budget)."""
+    wanted = math.ceil(2 * llc_bytes / size_bytes) + 1
+    return int(max(1, min(8, wanted, budget_bytes // (2 * size_bytes))))
+
+
+def bandwidth(torch, device, size_bytes, *, llc_bytes, budget_bytes, reps=10) -> dict:
+    """Read-only reduction and copy bandwidth at one transfer size."""
+    n = int(size_bytes // 4)
+    k = _rotation(n * 4, llc_bytes, budget_bytes)
+    srcs = [torch.randn(n, device=device) for _ in range(k)]
+    dsts = [torch.empty(n, device=device) for _ in range(k)]
+    dsts[0].copy_(srcs[0])
+    if not torch.equal(dsts[0], srcs[0]):
+        raise CheckFailed("copy result differs from its source")
+    reference = float(srcs[0].double().sum())
+    if not math.isclose(float(srcs[0].sum()), reference, rel_tol=1e-3, abs_tol=1e-2 * math.sqrt(n)):
+        raise CheckFailed("reduction result differs from a float64 reference")
+    read = measure(torch, device, lambda i: srcs[i % k].sum(), reps=reps)
+    copy = measure(torch, device, lambda i: dsts[i % k].copy_(srcs[i % k]), reps=reps)
+    return {"size_bytes": float(n * 4), "buffers": k, "read": read.as_dict(), "copy": copy.as_dict(),
+            "read_bytes_per_s": n * 4 / read.median_s, "copy_bytes_per_s": 2 * n * 4 / copy.median_s}
+
+
+def _low_precision_matmul(torch, dtype, x, w):
+    """x @ wᵀ in fp8 (scaled) or int8 on CUDA; float dtypes use the plain matmul."""
+    if dtype == "fp8":
+        one = torch.tensor(1.0, device=x.device)
+        return torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    if dtype == "int8":
+        return torch._int_mm(x, w.t())
+    return x @ w.t()
+
+
+def _operands(torch, device, dtype, m, n, k):
+    if dtype == "fp8":
+        return (torch.randn(m, k, device=device).to(torch.float8_e4m3fn),
+                torch.randn(n, k, device=device).to(torch.float8_e4m3fn))
+    if dtype == "int8":
+        return (torch.randint(-8, 8, (m, k), device=device, dtype=torch.int8),
+                torch.randint(-8, 8, (n, k), device=device, dtype=torch.int8))
+    return (torch.randn(m, k, device=device, dtype=_dtype(torch, dtype)),
+            torch.randn(n, k, device=device, dtype=_dtype(torch, dtype)))
+
+
+def matmul(torch, device, dtype, m, n, k, *, llc_bytes, budget_bytes, reps=10) -> dict:
+    """y = x · Wᵀ with x [m, k] and W [n, k]: skinny (decode) or square (prefill) shapes."""
+    weight_bytes = n * k * ELEMENT_BYTES[dtype]
+    copies = _rotation(weight_bytes, llc_bytes, budget_bytes)
+    pairs = [_operands(torch, device, dtype, m, n, k) for _ in range(copies)]
+    x, w = pairs[0]
+    got = _low_precision_matmul(torch, dtype, x, w).float()
+    want = x.float() @ w.float().t()
+    tolerance = 1e-4 if dtype == "fp32" else 3e-2
+    if not torch.allclose(got, want, rtol=tolerance, atol=tolerance * math.sqrt(k) * float(want.abs().mean() + 1)):
+        raise CheckFailed(f"{dtype} matmul differs from an fp32 reference")
+    t = measure(torch, device, lambda i: _low_precision_matmul(torch, dtype, *pairs[i % copies]), reps=reps)
+    moved = weight_bytes + (m * k + m * n) * ELEMENT_BYTES[dtype]
+    return {"dtype": dtype, "m": m, "n": n, "k": k, **t.as_dict(),
+            "flops_per_s": 2 * m * n * k / t.median_s, "bytes_per_s": moved / t.median_s}
+
+
+def attention(torch, device, dtype, seq, *, heads=8, head_dim=128, reps=5) -> dict:
+    """Causal fused attention (scaled_dot_product_attention) for one sequence."""
+    import torch.nn.functional as F
+    q, k, v = (torch.randn(1, heads, seq, head_dim, device=device, dtype=_dtype(torch, dtype)) for _ in range(3))
+    small = slice(0, min(seq, 64))
+    got = F.scaled_dot_product_attention(q[:, :, small], k[:, :, small], v[:, :, small], is_causal=True).float()
+    scores = (q[:, :, small].float() @ k[:, :, small].float().transpose(-1, -2)) / math.sqrt(head_dim)
+    mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=device).tril()
+    want = scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v[:, :, small].float()
+    if not torch.allclose(got, want, rtol=5e-2, atol=5e-2):
+        raise CheckFailed("scaled_dot_product_attention differs from an explicit reference")
+    t = measure(torch, device, lambda i: F.scaled_dot_product_attention(q, k, v, is_causal=True), reps=reps)
+    flops = 4 * heads * head_dim * seq * (seq + 1) / 2
+    return {"dtype": dtype, "seq": seq, "heads": heads, "head_dim": head_dim, **t.as_dict(),
+            "flops_per_s": flops / t.median_s}
+
+
+def launch_overhead(torch, device, reps=20) -> dict:
+    """A 1-element in-place add: the cost of launching one tiny kernel."""
+    x = torch.zeros(1, device=device)
+    t = measure(torch, device, lambda i: x.add_(1.0), reps=reps, inner=100)
+    return {**t.as_dict(), "per_op_s": t.median_s}
+
+
+def small_op_chain(torch, device, reps=20, ops=12) -> dict:
+    """A chain of small ops shaped like a tiny model's decode step (norm, projections, residual)."""
+    h = torch.randn(1, 256, device=device)
+    w = torch.randn(256, 256, device=device)
+
+    def step(_):
+        y = h
+        for _ in range(ops // 4):
+            y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)
+            y = y @ w
+            y = torch.nn.functional.silu(y)
+            y = y + h
+        return y
+    t = measure(torch, device, step, reps=reps)
+    return {**t.as_dict(), "ops": ops, "per_op_s": t.median_s / ops}
+
+
+def sync_overhead(torch, device, reps=20) -> dict:
+    """torch.cuda.synchronize() on an idle device."""
+    t = measure(torch, device, lambda i: torch.cuda.synchronize(), reps=reps, inner=50)
+    return {**t.as_dict(), "per_sync_s": t.median_s}
+
+
+def host_transfer(torch, device, size_bytes, *, pinned: bool, to_device: bool, reps=10) -> dict:
+    """Host-to-device or device-to-host copy bandwidth, pinned or pageable host memory."""
+    n = int(size_bytes // 4)
+    host = torch.randn(n, pin_memory=pinned) if pinned else torch.randn(n)
+    dev = torch.empty(n, device=device)
+    dev.copy_(host)
+    if not torch.equal(dev.cpu(), host):
+        raise CheckFailed("host transfer corrupted its data")
+    fn = (lambda i: dev.copy_(host, non_blocking=pinned)) if to_device else (lambda i: host.copy_(dev))
+    t = measure(torch, device, fn, reps=reps)
+    return {"size_bytes": float(n * 4), "pinned": pinned, "to_device": to_device, **t.as_dict(),
+            "bytes_per_s": n * 4 / t.median_s}
+
+
+def peer_transfer(torch, size_bytes, reps=10) -> dict:
+    """Device 0 to device 1 copy bandwidth (NVLink or PCIe), when there are two GPUs."""
+    n = int(size_bytes // 4)
+    a = torch.randn(n, device="cuda:0")
+    b = torch.empty(n, device="cuda:1")
+    b.copy_(a)
+    if not torch.equal(b.cpu(), a.cpu()):
+        raise CheckFailed("peer copy corrupted its data")
+    t = measure(torch, "cuda", lambda i: b.copy_(a), reps=reps)
+    return {"size_bytes": float(n * 4), **t.as_dict(), "bytes_per_s": n * 4 / t.median_s}
