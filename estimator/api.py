@@ -17,7 +17,8 @@ from estimator.calibration import (CalibrationProfile, device_efficiencies, find
                                    load_profile, profile_dir)
 from estimator.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
 from estimator.db import Database, load_database
-from estimator.efficiency import GENERIC_ENGINE
+from estimator.engines import EngineProfile
+from estimator.engines import engine as engine_profile
 from estimator.evaluate import effective_rates, evaluate
 from estimator.formats import KVFormat, WeightFormat, kv_format, weight_format
 from estimator.hardware import Hardware
@@ -54,6 +55,10 @@ def resolve_hardware(gpu: str | Hardware, db: Database) -> Hardware:
     return gpu if isinstance(gpu, Hardware) else db.hardware.get(gpu)
 
 
+def resolve_engine(value: str | EngineProfile) -> EngineProfile:
+    return value if isinstance(value, EngineProfile) else engine_profile(value)
+
+
 def resolve_weight_format(fmt: str | WeightFormat) -> WeightFormat:
     return fmt if isinstance(fmt, WeightFormat) else weight_format(fmt)
 
@@ -66,7 +71,8 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
           weight_formats: Sequence[str | WeightFormat] = ("bf16",), kv_formats: Sequence[str | KVFormat] = ("f16",),
           batches: Sequence[int] = (1,), prompt_tokens: Sequence[int] = (512,), output_tokens: Sequence[int] = (256,),
           layouts: Sequence[int | Layout] = (1,), *, serving: ServingOptions | None = None, detail: bool = False,
-          calibrations: dict[str, CalibrationProfile] | None = None, db: Database | None = None) -> ResultTable:
+          calibrations: dict[str, CalibrationProfile] | None = None, engine: str | EngineProfile = "generic",
+          db: Database | None = None) -> ResultTable:
     """Estimate every combination of the given lists (their cartesian product).
 
     Parameters
@@ -82,6 +88,8 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         KV allocation (paged/contiguous, block size), cached prefix, fused or unfused attention.
     calibrations : dict
         Calibration profiles by hardware name: their measured device efficiencies replace the defaults.
+    engine : str or EngineProfile
+        Serving engine whose fitted efficiencies and overheads apply (``engines_db/``).
     detail : bool
         Also return the FLOP and byte ledgers and the time split per phase.
 
@@ -122,13 +130,14 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     def values_on_axis(values, axis: int) -> np.ndarray:
         return on_axis({"v": np.asarray(values, dtype=float)}, axis)["v"]
 
+    parameters = resolve_engine(engine).parameters
     peaks, dtypes = compute_peak_table(fmts, devices)
-    f_columns = on_axis(format_columns(fmts), 2)
+    f_columns = on_axis(format_columns(fmts, parameters), 2)
     host = None
     if serving.gpu_layers is not None:
         cpu = resolve_hardware(serving.host_cpu, db)
         host_peaks, _ = compute_peak_table(fmts, [cpu])
-        host = effective_rates(hardware_columns([cpu]), f_columns, values_on_axis(host_peaks[:, 0], 2), GENERIC_ENGINE)
+        host = effective_rates(hardware_columns([cpu]), f_columns, values_on_axis(host_peaks[:, 0], 2), parameters)
     draft = None if serving.draft_model is None else model_columns([resolve_model(serving.draft_model, db)])
     hw_columns = hardware_columns(devices)
     for i, device in enumerate(devices):
@@ -144,7 +153,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         peak_linear_flops_per_s=peaks.T.reshape(1, sizes[1], sizes[2], 1, 1, 1, 1, 1),
         layout={k: values_on_axis([x.columns()[k] for x in layout_specs], 4) for k in layout_specs[0].columns()},
         B=values_on_axis(batches, 5), T=values_on_axis(prompt_tokens, 6),
-        O=values_on_axis(output_tokens, 7), serving=serving.columns())
+        O=values_on_axis(output_tokens, 7), serving=serving.columns(), engine=parameters)
     keep = results if detail else {k: results[k] for k in MAIN_COLUMNS}
     columns = {k: np.broadcast_to(v, sizes).ravel() for k, v in keep.items()}
     grids = np.unravel_index(np.arange(int(np.prod(sizes))), sizes)
@@ -211,6 +220,7 @@ class Estimate:
     prompt_tokens: int
     output_tokens: int
     serving: ServingOptions
+    engine: str
     compute_dtype: str
     efficiency_source: str
     results: dict
@@ -236,7 +246,7 @@ class Estimate:
         return {
             "model": self.model.name, "hf_id": self.model.hf_id, "hardware": self.hardware.name,
             "n_gpus": self.layout.devices, **self.layout.model_dump(),
-            "weight_format": self.weight_format.name, "kv_format": self.kv_format.name,
+            "engine": self.engine, "weight_format": self.weight_format.name, "kv_format": self.kv_format.name,
             "compute_dtype": self.compute_dtype, "batch": self.batch, "prompt_tokens": self.prompt_tokens,
             "output_tokens": self.output_tokens, **self.serving.model_dump(),
             "efficiency_source": self.efficiency_source,
@@ -252,7 +262,7 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
              host_cpu: str = DEFAULT_HOST_CPU, draft_model: str | None = None, draft_tokens: int = 0,
              acceptance: float = 0.7, draft_cost: float = 0.0, concurrency: int = 0, rate: float = 0.0,
              chunked_prefill: int = 0, calibration: str | CalibrationProfile | None = "auto",
-             db: Database | None = None) -> Estimate:
+             engine: str | EngineProfile = "generic", db: Database | None = None) -> Estimate:
     """Estimate TTFT, decode speed and memory fit for one configuration.
 
     Parameters are as in :func:`sweep`, one value each; the layout is given by
@@ -274,6 +284,9 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     db = db or load_database()
     spec = resolve_model(model, db)
     device, profile = resolve_calibrated_hardware(gpu, calibration, db)
+    profile_engine = resolve_engine(engine)
+    if tp is None and n_gpus and profile_engine.multi_gpu == "layers" and pp == 1:
+        tp, pp = 1, n_gpus   # this engine splits layers across devices: a pipeline
     layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep, devices_per_node=devices_per_node,
                                  network_gbps=network_gbps)
     serving = _serving(kv_alloc=kv_alloc, kv_block_tokens=kv_block_tokens, prefix_tokens=prefix_tokens,
@@ -281,13 +294,15 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
                        draft_model=draft_model, draft_tokens=draft_tokens, acceptance=acceptance, draft_cost=draft_cost,
                        concurrency=concurrency, rate=rate, chunked_prefill=chunked_prefill)
     table = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
-                  [layout], serving=serving, detail=True, db=db,
+                  [layout], serving=serving, detail=True, db=db, engine=profile_engine,
                   calibrations=None if profile is None else {device.name: profile})
     row = table.row(0)
     warnings = []
     source = "datasheet peaks x default device efficiencies (no calibration profile)"
+    source += f"; engine profile {profile_engine.name} ({'fitted' if profile_engine.fit else 'prior, not fitted'})"
     if profile is not None:
-        source = device_efficiencies(profile, device, CALIBRATED_DTYPES)[2]
+        source = device_efficiencies(profile, device, CALIBRATED_DTYPES)[2] + \
+            f"; engine profile {profile_engine.name}"
         if source.startswith("BORROWED"):
             warnings.append(source)
     if row.get("saturated"):
@@ -299,7 +314,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     return Estimate(
         model=spec, hardware=device, weight_format=resolve_weight_format(weight_format),
         kv_format=resolve_kv_format(kv_format), layout=layout, batch=batch, prompt_tokens=prompt_tokens,
-        output_tokens=output_tokens, serving=serving, compute_dtype=row.pop("compute_dtype"), efficiency_source=source,
+        output_tokens=output_tokens, serving=serving, engine=profile_engine.name, compute_dtype=row.pop("compute_dtype"),
+        efficiency_source=source,
         results={k: v for k, v in row.items() if k not in AXES}, warnings=tuple(warnings))
 
 
@@ -317,8 +333,8 @@ class Configuration:
     output_tokens: int
 
 
-def evaluate_configurations(configs: Sequence[Configuration],
-                            serving: ServingOptions | None = None) -> dict[str, np.ndarray]:
+def evaluate_configurations(configs: Sequence[Configuration], serving: ServingOptions | None = None,
+                            engine: str | EngineProfile = "generic") -> dict[str, np.ndarray]:
     """Evaluate an arbitrary list of configurations in one vectorized call (rows, not a product)."""
     check_workload([c.batch for c in configs], [c.prompt_tokens for c in configs], [c.output_tokens for c in configs])
 
@@ -330,7 +346,8 @@ def evaluate_configurations(configs: Sequence[Configuration],
 
     m, _, _ = gather([c.model for c in configs], model_columns)
     hw, devices, hw_index = gather([c.hardware for c in configs], hardware_columns)
-    f, fmts, f_index = gather([c.weight_format for c in configs], format_columns)
+    parameters = resolve_engine(engine).parameters
+    f, fmts, f_index = gather([c.weight_format for c in configs], lambda u: format_columns(u, parameters))
     kv, _, _ = gather([c.kv_format for c in configs], kv_columns)
     peaks, _ = compute_peak_table(fmts, devices)
     return evaluate(m=m, hw=hw, f=f, kv=kv, peak_linear_flops_per_s=peaks[f_index, hw_index],
@@ -338,7 +355,7 @@ def evaluate_configurations(configs: Sequence[Configuration],
                     O=[c.output_tokens for c in configs],
                     layout={k: np.array([c.layout.columns()[k] for c in configs], dtype=float)
                             for k in configs[0].layout.columns()},
-                    serving=(serving or ServingOptions()).columns())
+                    serving=(serving or ServingOptions()).columns(), engine=parameters)
 
 
 def speculative_speedup_grid(model: str | ModelSpec, gpu: str | Hardware, alphas: Sequence[float],

@@ -70,6 +70,9 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-ttft-s", type=float, help="with --prefill-gpus: TTFT target for the fewest-devices search")
     p.add_argument("--max-itl-s", type=float, help="with --prefill-gpus: inter-token latency target")
     p.add_argument("--max-gpus", type=int, default=64, help="largest deployment the search tries (default 64)")
+    p.add_argument("--engine", default="generic",
+                   help="serving engine profile: llama.cpp, vLLM, SGLang, TensorRT-LLM, transformers, MLX, "
+                        "ExLlamaV2, gpt-fast or generic (default)")
     p.add_argument("--calibration", default="auto",
                    help="calibration profile (YAML from `roofline calibrate`); 'auto' (default) uses the newest "
                         "profile of this device in the calibration folder, 'none' the datasheet defaults")
@@ -88,7 +91,7 @@ def _estimate_kwargs(args: argparse.Namespace) -> dict:
         gpu_layers=args.gpu_layers, host_cpu=args.host_cpu, draft_model=args.draft_model,
         draft_tokens=args.draft_tokens, acceptance=args.acceptance, draft_cost=args.draft_cost,
         concurrency=args.concurrency, rate=args.rate, chunked_prefill=args.chunked_prefill,
-        calibration=None if args.calibration == "none" else args.calibration)
+        calibration=None if args.calibration == "none" else args.calibration, engine=args.engine)
 
 
 def build_parser() -> argparse.ArgumentParser:

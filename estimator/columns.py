@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from estimator.errors import ConfigurationError
-from estimator.efficiency import GENERIC_ENGINE, EngineDefaults, device_defaults
+from estimator.efficiency import CLASS_ORDER, GENERIC_ENGINE, EngineDefaults, device_defaults
 from estimator.formats import KVFormat, WeightFormat
 from estimator.hardware import Hardware
 from estimator.model import ModelSpec
@@ -97,6 +97,7 @@ def hardware_columns(devices: Sequence[Hardware]) -> Columns:
         "link_bytes_per_s": np.array([_link_bandwidth(hw) for hw in devices]),
         "host_link_bytes_per_s": np.array([FALLBACK_LINK_BYTES_PER_S if hw.host_link is None
                                            else hw.host_link.bandwidth.base for hw in devices]),
+        "device_class_code": np.array([CLASS_ORDER.index(hw.device_class.value) for hw in devices]),
         "device_bandwidth_eff": np.array([d.bandwidth_eff for d in defaults]),
         "device_compute_eff": np.array([d.compute_eff for d in defaults]),
         "usable_memory_fraction": np.array([d.usable_memory_fraction for d in defaults]),

@@ -13,6 +13,7 @@ never literals inside formulas.
 
 from __future__ import annotations
 
+import numpy as np
 from pydantic import Field
 
 from estimator.hardware import DeviceClass, Hardware, MemoryType
@@ -30,12 +31,25 @@ class DeviceDefaults(Frozen):
     basis: str
 
 
+# Device groups an engine's compute efficiency may differ between (its kernels are tuned for some).
+DEVICE_GROUPS = {"datacenter": ("datacenter_gpu", "accelerator"), "desktop": ("workstation_gpu", "consumer_gpu"),
+                 "unified": ("soc_unified", "cpu")}
+CLASS_ORDER = tuple(c.value for c in DeviceClass)
+
+
 class EngineDefaults(Frozen):
     """A generic serving engine: kernel efficiencies and fixed per-step costs."""
 
     bandwidth_eff: dict[str, float] = Field(description="by kernel family (formats.WeightFormat.dequant)")
     kv_bandwidth_eff: float = Field(gt=0, le=1, description="decode attention reading the KV cache")
-    compute_eff: float = Field(gt=0, le=1)
+    compute_eff: float = Field(gt=0, le=2, description="share of the database's dense peak prefill reaches")
+    bandwidth_scale_by_group: dict[str, float] = Field(
+        default_factory=dict, description="factor on the bandwidth efficiencies by device group (DEVICE_GROUPS), "
+                                          "for engines whose kernels fare differently on, e.g., Metal and CUDA")
+    compute_eff_by_group: dict[str, float] = Field(
+        default_factory=dict, description="overrides of compute_eff by device group (DEVICE_GROUPS). Above 1 "
+                                          "where kernels use a faster path than the peak the database lists, e.g. "
+                                          "FP16 accumulation on GeForce cards, whose listed peak is FP32-accumulate")
     per_step_s: float = Field(ge=0, description="scheduler, sampling, launch of a forward pass")
     per_layer_s: float = Field(ge=0, description="kernel launches and synchronisation per layer")
     allreduce_latency_s: float = Field(ge=0, description="fixed cost of one small tensor-parallel all-reduce")
@@ -75,6 +89,19 @@ GENERIC_ENGINE = EngineDefaults(
           "per-step 100 us and per-layer 10 us are the order of BLIS's fitted 126 us/step and 32 us/layer "
           "with CUDA graphs reducing launch costs; one decode-sized all-reduce costs ~20 us (LLMCompass measured "
           "26 us on 4xA100 NVLink, AIConfigurator assumes 10 us p2p latency on H100/H200)")
+
+_GROUP_OF = {c: g for g, classes in DEVICE_GROUPS.items() for c in classes}
+
+
+def compute_eff_by_class(engine: EngineDefaults) -> np.ndarray:
+    """The engine's compute efficiency for each device class, in :data:`CLASS_ORDER`."""
+    return np.array([engine.compute_eff_by_group.get(_GROUP_OF[c], engine.compute_eff) for c in CLASS_ORDER])
+
+
+def bandwidth_scale_by_class(engine: EngineDefaults) -> np.ndarray:
+    """The engine's bandwidth factor for each device class, in :data:`CLASS_ORDER`."""
+    return np.array([engine.bandwidth_scale_by_group.get(_GROUP_OF[c], 1.0) for c in CLASS_ORDER])
+
 
 _HBM_TYPES = {MemoryType.HBM2, MemoryType.HBM2e, MemoryType.HBM3, MemoryType.HBM3e}
 _GDDR_TYPES = {MemoryType.GDDR6, MemoryType.GDDR6X, MemoryType.GDDR7}

@@ -14,7 +14,7 @@ import numpy as np
 
 from estimator import flops as fl
 from estimator import traffic as tr
-from estimator.efficiency import GENERIC_ENGINE, EngineDefaults
+from estimator.efficiency import GENERIC_ENGINE, EngineDefaults, bandwidth_scale_by_class, compute_eff_by_class
 from estimator.kvcache import PAGED_BLOCK_TOKENS
 from estimator.memory import memory_fit
 from estimator.offload import LAYERS, NONE, device_weight_share, streaming_time
@@ -34,8 +34,9 @@ PARTS = ("linear_s", "attention_s", "communication_s", "offload_s", "overhead_s"
 
 def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
     """Datasheet peaks × device efficiency × engine efficiency (ARCHITECTURE.md)."""
-    compute_eff = hw["device_compute_eff"] * engine.compute_eff
-    bandwidth = hw["bandwidth_bytes_per_s"] * hw["device_bandwidth_eff"]
+    compute_eff = hw["device_compute_eff"] * compute_eff_by_class(engine)[hw["device_class_code"]]
+    bandwidth = (hw["bandwidth_bytes_per_s"] * hw["device_bandwidth_eff"]
+                 * bandwidth_scale_by_class(engine)[hw["device_class_code"]])
     return {
         "linear_flops_per_s": peak_linear_flops_per_s * compute_eff,
         "attention_flops_per_s": hw["attention_flops_per_s"] * compute_eff,
@@ -169,6 +170,8 @@ def evaluate(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=Non
         "decode_tps_total": state["steady_batch"] / finite_itl,
         "e2e_latency_s": state["ttft_s"] + out["decode_steps"] * finite_itl,
         "throughput_out_tps": state["request_rate"] * np.asarray(O, dtype=float),
+        "throughput_out_tps_per_gpu": state["request_rate"] * np.asarray(O, dtype=float)
+        / (np.asarray(layout["tp"]) * np.asarray(layout["pp"]) * np.asarray(layout["dp"])),
         "request_rate": state["request_rate"],
         "steady_batch": batch,
         "saturated": state["saturated"],
@@ -267,6 +270,7 @@ def evaluate_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, servi
     out["max_concurrency"] = out["max_batch"]
     out["kv_cache_bytes_per_token"] = tr.kv_bytes_per_token_layer(m, kv_bits) * m["layers"] + 0 * B
     out["offloaded_bytes"] = tr.weight_bytes_stored(m, f) / (tp * pp) * (1 - share)
+    out["throughput_out_tps_per_gpu"] = out["throughput_out_tps"] / (tp * pp * dp)
     out["kv_crossover_tokens"] = tr.kv_crossover_tokens(m, f, kv_bits, b, tp)
     # how much faster the same configuration would decode with everything on the device
     out["offload_slowdown"] = decode["time_s"] / decode["if_fit_s"]

@@ -2,7 +2,9 @@
 
 Input columns: ``id, framework, hardware, n_gpus, model, weight_format,
 kv_format, batch, input_len, output_len, metric`` and optionally ``value,
-unit``; other columns are ignored. A row whose names do not resolve gets a
+unit``, ``attention`` (fused, the default, or unfused) and ``context_depth``
+(tokens already in the KV cache when a prompt is measured, as llama-bench's
+``ppN @ dM``); other columns are ignored. The ``framework`` picks the engine profile (``engines_db/``). A row whose names do not resolve gets a
 status and a reason, and the other rows still run. Names with a parenthetical
 remark (``FP8 (ModelOpt)``) are tried with and without it.
 
@@ -14,7 +16,7 @@ context, and its reason says so.
 from __future__ import annotations
 
 import csv
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 import math
 import re
 from pathlib import Path
@@ -22,8 +24,10 @@ from pathlib import Path
 from estimator.api import Configuration, evaluate_configurations, resolve_model
 from estimator.db import Database, load_database
 from estimator.errors import ConfigurationError, RooflineError, UnknownNameError
+from estimator.efficiency import EngineDefaults
+from estimator.engines import EngineProfile, engine, engine_for_framework
 from estimator.formats import kv_format, weight_format
-from estimator.workload import Layout, check_layout
+from estimator.workload import Layout, ServingOptions, check_layout
 
 # metric name -> (result column, factor from base units to the metric's unit)
 METRICS = {
@@ -33,10 +37,11 @@ METRICS = {
     "ttft_ms": ("ttft_s", 1e3),
     "itl_ms": ("itl_s", 1e3),
     "throughput_out_tps": ("throughput_out_tps", 1.0),
+    "throughput_out_tps_per_gpu": ("throughput_out_tps_per_gpu", 1.0),
     "e2e_latency_s": ("e2e_latency_s", 1.0),
 }
 REQUIRED = ("id", "hardware", "n_gpus", "model", "weight_format", "batch", "input_len", "output_len", "metric")
-OUTPUT_COLUMNS = ("id", "status", "metric", "predicted", "measured", "unit", "rel_error", "reason")
+OUTPUT_COLUMNS = ("id", "status", "engine", "metric", "predicted", "measured", "unit", "rel_error", "reason")
 
 
 def _candidates(name: str) -> list[str]:
@@ -70,13 +75,19 @@ def _int(row: dict, key: str, default: int | None = None) -> int:
     return int(value)
 
 
-def configuration_from_row(row: dict, db: Database) -> Configuration:
-    """Resolve one CSV row; raises a RooflineError that says what is wrong."""
+def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None = None) -> Configuration:
+    """Resolve one CSV row; raises a RooflineError that says what is wrong.
+
+    Several devices split the model the way the row's engine does: tensor
+    parallelism, or layers (a pipeline) for llama.cpp and ExLlamaV2.
+    """
     metric = row.get("metric", "").strip()
     if metric not in METRICS:
         raise ConfigurationError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
     model = _resolve(lambda n: resolve_model(n, db), row["model"])
-    layout = Layout.from_devices(devices=_int(row, "n_gpus", 1))
+    devices = _int(row, "n_gpus", 1)
+    by_layers = engine is not None and engine.multi_gpu == "layers"
+    layout = Layout(tp=1, pp=devices) if by_layers else Layout.from_devices(devices=devices)
     check_layout(model, layout)
     return Configuration(
         model=model,
@@ -96,32 +107,97 @@ def _status(exc: RooflineError) -> str:
     return "invalid"
 
 
-def predict_rows(rows: list[dict], db: Database | None = None) -> list[dict]:
-    """Predicted (and, where given, measured and relative error) for each input row."""
-    db = db or load_database()
-    out, configs, positions = [], [], []
-    for row in rows:
+@dataclass
+class Resolved:
+    """Rows that resolved, with their configurations and engines, ready to evaluate many times."""
+
+    positions: list[int]          # index of each resolved row in the input
+    configs: list[Configuration]
+    engines: list[str]            # engine profile name per resolved row
+    saturate: list[bool]          # no batch given: evaluate at the largest batch that fits
+    metrics: list[str]
+    attention: list[str] = field(default_factory=list)   # fused | unfused, per row
+    depth: list[int] = field(default_factory=list)       # tokens already cached before a measured prompt
+
+
+def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
+    """Resolve every row once; the second value is one result dict per input row (errors filled in)."""
+    out = []
+    resolved = Resolved([], [], [], [], [], [], [])
+    for i, row in enumerate(rows):
         result = {"id": row.get("id", ""), "metric": row.get("metric", ""), "measured": row.get("value", ""),
-                  "unit": row.get("unit", ""), "predicted": "", "rel_error": "", "status": "ok", "reason": ""}
+                  "unit": row.get("unit", ""), "predicted": "", "rel_error": "", "status": "ok", "reason": "",
+                  "engine": ""}
         try:
-            configs.append(configuration_from_row(row, db))
-            positions.append(len(out))
+            profile = engine_for_framework(row.get("framework", ""))
+            config = configuration_from_row(row, db, profile)
+            depth = _int(row, "context_depth", 0)
+            if depth:   # a prompt measured on top of `depth` cached tokens (llama-bench ppN @ dM)
+                config = replace(config, prompt_tokens=config.prompt_tokens + depth)
         except (RooflineError, KeyError) as exc:
             result["status"] = _status(exc) if isinstance(exc, RooflineError) else "invalid"
             result["reason"] = str(exc) if isinstance(exc, RooflineError) else f"missing column {exc}"
+        else:
+            result["engine"] = profile.name
+            resolved.positions.append(i)
+            resolved.configs.append(config)
+            resolved.engines.append(profile.name)
+            resolved.saturate.append(not (row.get("batch") or "").strip())
+            resolved.metrics.append(row["metric"].strip())
+            resolved.attention.append(_attention(row))
+            resolved.depth.append(_int(row, "context_depth", 0))
         out.append(result)
-    if configs:
-        results = evaluate_configurations(configs)
-        saturate = [i for i, pos in enumerate(positions) if not (rows[pos].get("batch") or "").strip()]
+    return resolved, out
+
+
+def evaluate_resolved(resolved: Resolved, parameters: dict[str, EngineDefaults] | None = None) -> list[dict]:
+    """Results per resolved row, each engine's rows with its parameters (overridable, for fitting)."""
+    results: list[dict] = [{} for _ in resolved.configs]
+    keys = list(zip(resolved.engines, resolved.attention, resolved.depth))
+    for name, attention, depth in sorted(set(keys)):
+        idx = [i for i, key in enumerate(keys) if key == (name, attention, depth)]
+        profile = engine(name)
+        if parameters and name in parameters:
+            profile = profile.model_copy(update={"parameters": parameters[name]})
+        serving = ServingOptions(attention=attention, prefix_tokens=depth)
+        configs = [resolved.configs[i] for i in idx]
+        columns = evaluate_configurations(configs, serving=serving, engine=profile)
+        saturate = [j for j, i in enumerate(idx) if resolved.saturate[i]]
         if saturate:
-            for i in saturate:
-                configs[i] = replace(configs[i], batch=int(max(results["max_batch"][i], 1)))
-            results = evaluate_configurations(configs)
-        for i, pos in enumerate(positions):
-            _fill(out[pos], {k: v[i] for k, v in results.items()}, configs[i])
-            if i in saturate:
-                out[pos]["reason"] = (out[pos]["reason"] + "; " if out[pos]["reason"] else "") + \
-                    f"batch not given: evaluated at the largest batch that fits, {configs[i].batch}"
+            for j in saturate:
+                configs[j] = replace(configs[j], batch=int(max(columns["max_batch"][j], 1)))
+            columns = evaluate_configurations(configs, serving=serving, engine=profile)
+        for j, i in enumerate(idx):
+            results[i] = {k: v[j] for k, v in columns.items()}
+            results[i]["batch_used"] = configs[j].batch
+    return results
+
+
+def _attention(row: dict) -> str:
+    """The optional ``attention`` column: fused (FlashAttention-style, the default) or unfused."""
+    value = (row.get("attention") or "fused").strip().lower()
+    if value not in ("fused", "unfused"):
+        raise ConfigurationError(f"column 'attention' must be fused or unfused, got {value!r}")
+    return value
+
+
+def predicted_values(resolved: Resolved, results: list[dict]):
+    """Each resolved row's prediction in its metric's unit."""
+    import numpy as np
+    return np.array([float(r[METRICS[m][0]]) * METRICS[m][1] for r, m in zip(results, resolved.metrics)])
+
+
+def predict_rows(rows: list[dict], db: Database | None = None) -> list[dict]:
+    """Predicted (and, where given, measured and relative error) for each input row."""
+    db = db or load_database()
+    resolved, out = resolve_rows(rows, db)
+    if resolved.configs:
+        for j, result in enumerate(evaluate_resolved(resolved)):
+            i = resolved.positions[j]
+            _fill(out[i], result, resolved.configs[j])
+            if resolved.saturate[j]:
+                out[i]["reason"] = (out[i]["reason"] + "; " if out[i]["reason"] else "") + \
+                    f"batch not given: evaluated at the largest batch that fits, {result['batch_used']}"
     return out
 
 
@@ -172,5 +248,5 @@ def summarize(results: list[dict], dst: Path) -> str:
         median = errors[len(errors) // 2]
         p90 = errors[min(len(errors) - 1, int(0.9 * len(errors)))]
         lines.append(f"{len(errors)} rows with a measured value: median |error| {median:.1%}, "
-                     f"90th percentile {p90:.1%} (default efficiencies, generic engine)")
+                     f"90th percentile {p90:.1%} (each row with its engine's profile)")
     return "\n".join(lines)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from estimator.api import Estimate
-from estimator.efficiency import GENERIC_ENGINE
 from estimator.units import GB, KB, MB, TB, TFLOPS
 
 DEFINITIONS = (
@@ -163,10 +162,7 @@ def format_estimate(e: Estimate) -> str:
                   "", "Where the time goes", table(_time_rows(r), header=("", "prefill", "decode step")),
                   "", f"Bytes per decode step at the mean context ({r['mean_decode_context']:,.0f} tokens)",
                   table(_ledger_rows(r, "decode_bytes", gigabytes))]
-    parts += ["", f"Efficiencies: {e.efficiency_source}; generic engine efficiencies; "
-              f"per-step {seconds(GENERIC_ENGINE.per_step_s)}, per-layer "
-              f"{seconds(GENERIC_ENGINE.per_layer_s)} overheads; {seconds(GENERIC_ENGINE.allreduce_latency_s)} "
-              "per all-reduce.",
+    parts += ["", f"Efficiencies: {e.efficiency_source}.",
               "", "Definitions"] + [f"  {d}" for d in DEFINITIONS]
     parts += [f"warning: {w}" for w in e.warnings]
     return "\n".join(parts)
