@@ -23,6 +23,7 @@ from estimator.evaluate import effective_rates, evaluate
 from estimator.formats import KVFormat, WeightFormat, kv_format, weight_format
 from estimator.hardware import Hardware
 from estimator.hf_config import load_config_json
+from estimator.intervals import interval_columns
 from estimator.model import ModelSpec
 from estimator.results import AXES, ResultTable
 from estimator.errors import ConfigurationError
@@ -241,6 +242,7 @@ class Estimate:
         """JSON-ready: inputs, then results; speeds are None when it does not fit or the load saturates it."""
         speed_keys = {"ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total",
                       "e2e_latency_s", "tpot_inclusive_s", "throughput_out_tps", "ttft_prefill_s"}
+        speed_keys |= {f"{k}_{end}" for k in speed_keys for end in ("low", "high")}
         results = {k: (None if (k in speed_keys and not self.runnable) or _not_finite(v) else v)
                    for k, v in self.results.items()}
         return {
@@ -311,12 +313,14 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     if prompt_tokens + output_tokens > spec.shape.max_context:
         warnings.append(f"prompt + output = {prompt_tokens + output_tokens} tokens exceeds {spec.name}'s "
                         f"maximum context of {spec.shape.max_context}")
+    results = {k: v for k, v in row.items() if k not in AXES}
+    results.update(interval_columns(results, profile_engine.name, device.device_class.value, profile is not None))
     return Estimate(
         model=spec, hardware=device, weight_format=resolve_weight_format(weight_format),
         kv_format=resolve_kv_format(kv_format), layout=layout, batch=batch, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, serving=serving, engine=profile_engine.name, compute_dtype=row.pop("compute_dtype"),
         efficiency_source=source,
-        results={k: v for k, v in row.items() if k not in AXES}, warnings=tuple(warnings))
+        results=results, warnings=tuple(warnings))
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,20 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--compare", nargs=2, metavar=("A.yaml", "B.yaml"), help="compare two profiles instead")
     _add_db(cal)
 
+    val = sub.add_parser("validate", help="the estimator's error against published measurements (or this machine)")
+    source = val.add_mutually_exclusive_group(required=True)
+    source.add_argument("--published", action="store_true", help="leave-one-source-out error on measurements_db")
+    source.add_argument("--local", action="store_true", help="measure a real model on this machine and compare")
+    val.add_argument("--write", metavar="ENGINES_DIR",
+                     help="--published: write the fitted engine parameters and intervals into this engines_db folder")
+    val.add_argument("--plot", help="--published: write the predicted-vs-measured scatter to this PNG")
+    val.add_argument("--device", default="cpu", help="--local: cpu, cuda or mps (default cpu)")
+    val.add_argument("--model", action="append", help="--local: model(s) to build (default: a small one)")
+    val.add_argument("--quick", action="store_true", help="--local: one small model, few sizes (CI)")
+    val.add_argument("--force", action="store_true", help="overwrite --plot if it exists")
+    val.add_argument("--json", action="store_true")
+    _add_db(val)
+
     lst = sub.add_parser("list", help="list gpus, models or formats")
     lst.add_argument("what", choices=("gpus", "models", "formats"))
     lst.add_argument("--vendor", help="gpus: only this vendor (e.g. NVIDIA, AMD, Apple)")
@@ -160,6 +174,8 @@ def run(args: argparse.Namespace) -> str:
         return json.dumps(e.to_dict(), indent=2) if args.json else format_estimate(e)
     if args.command == "explain":
         return explain(_estimate_kwargs(args), db=db, as_json=args.json)
+    if args.command == "validate":
+        return _validate(args, db)
     if args.command == "calibrate":
         return _calibrate(args, db)
     if args.command == "speculation":
@@ -190,6 +206,46 @@ def _calibrate(args: argparse.Namespace, db) -> str:
     out = save_profile(profile, args.out or default_profile_path(profile.device.name), force=args.force or not args.out)
     hardware = db.hardware.get(profile.device.matched_hardware) if profile.device.matched_hardware else None
     return format_profile(profile, hardware) + f"\nprofile written to {out}"
+
+
+def _validate(args: argparse.Namespace, db) -> str:
+    if args.local:
+        from estimator.local_validation import validate_local
+        return validate_local(args.device, args.model, quick=args.quick, db=db, as_json=args.json)
+    from estimator import validate as val
+    try:
+        result = val.run(db=db)
+    except ImportError as exc:
+        raise ConfigurationError(f"fitting needs scipy: pip install scipy ({exc})") from None
+    text = json.dumps({"headline": val.headline(result), "widening": val.calibrated_widening(result)[0],
+                       **{f"by_{by.replace(' ', '_')}": val.error_table(result, by)
+                          for by in ("metric", "engine", "device class", "model type")}}, indent=2) \
+        if args.json else val.format_validation(result)
+    if args.plot:
+        text += "\n" + _save_validation_plot(result, args)
+    if args.write:
+        text += "\nwrote " + ", ".join(val.write_results(result, args.write))
+    return text
+
+
+def _save_validation_plot(result, args) -> str:
+    from pathlib import Path
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from estimator.plots import plot_predicted_vs_measured
+    out = Path(args.plot)
+    if out.exists() and not args.force:
+        raise ConfigurationError(f"{out} exists; pass --force to overwrite it, or choose another --plot")
+    fig, ax = plt.subplots(figsize=(7, 6))
+    plot_predicted_vs_measured(ax, result.problem.measured, result.predicted, result.labels()["engine"],
+                               title="roofline predict vs published measurements (leave one source out)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return f"plot written to {out}"
 
 
 SPECULATION_ALPHAS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)

@@ -42,11 +42,22 @@ class EngineProfile(Frozen):
     notes: str | None = None
 
 
+INTERVALS_FILE = "_intervals.yaml"   # written by `roofline validate --published --write`
+
+
+@lru_cache(maxsize=1)
+def load_intervals() -> dict | None:
+    """The calibrated prediction intervals, when a validation run has written them."""
+    path = resources.files("engines_db").joinpath(INTERVALS_FILE)
+    return yaml.safe_load(path.read_text()) if path.is_file() else None
+
+
 @lru_cache(maxsize=1)
 def load_engines() -> tuple[EngineProfile, ...]:
     """Every profile in engines_db (the generic one last, as the fallback)."""
     profiles = []
-    for path in sorted(p for p in resources.files("engines_db").iterdir() if p.name.endswith(".yaml")):
+    for path in sorted(p for p in resources.files("engines_db").iterdir()
+                       if p.name.endswith(".yaml") and not p.name.startswith("_")):
         try:
             profiles.append(EngineProfile.model_validate(yaml.safe_load(path.read_text())))
         except (yaml.YAMLError, ValidationError) as exc:

@@ -25,7 +25,6 @@ import numpy as np
 from estimator.dataset import Dataset
 from estimator.db import Database
 from estimator.efficiency import DEVICE_GROUPS, GENERIC_ENGINE, EngineDefaults
-from estimator.engines import engine
 from estimator.predict import Resolved, evaluate_resolved, predicted_values, resolve_rows
 
 SCALED_GROUPS = ("desktop", "unified")    # bandwidth relative to the datacenter group
@@ -101,13 +100,20 @@ def _log_errors(problem: Problem, params: dict[str, EngineDefaults]) -> np.ndarr
     return np.log(predicted / problem.measured)
 
 
+GENERIC = "generic"   # the unnamed engine keeps the documented priors: nothing is fitted to it
+
+
 def fit_engine(problem: Problem, name: str) -> EngineDefaults:
-    """Bounded least squares of one engine's parameters on its rows (prior-only when it has none)."""
+    """Bounded least squares of one engine's parameters on its rows; the priors when it has none.
+
+    Without rows the answer is the prior, never the engine's shipped (fitted) parameters, so a
+    cross-validation fold cannot see the source it holds out.
+    """
     from scipy.optimize import least_squares  # the fit needs scipy; predictions do not
 
     rows = problem.subset(problem.engines == name)
-    if not len(rows.measured):
-        return engine(name).parameters
+    if not len(rows.measured) or name == GENERIC:
+        return parameters_from(PRIOR)
 
     def residuals(log_theta):
         theta = np.exp(log_theta)

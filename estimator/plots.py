@@ -25,3 +25,23 @@ def plot_speculative_speedup(ax, alphas: Sequence[float], gammas: Sequence[int],
     ax.set_title(title)
     ax.legend(title="draft tokens", fontsize="small")
     return lines
+
+
+def plot_predicted_vs_measured(ax, measured, predicted, groups=None, band: float = 0.20, title: str = ""):
+    """Log-log scatter of predicted against measured, the diagonal and a ±band shading."""
+    measured, predicted = np.asarray(measured, dtype=float), np.asarray(predicted, dtype=float)
+    groups = np.asarray(groups) if groups is not None else np.array(["rows"] * len(measured))
+    artists = [ax.scatter(measured[groups == g], predicted[groups == g], s=10, alpha=0.7, label=str(g))
+               for g in sorted(set(groups))]
+    lo, hi = min(measured.min(), predicted.min()) / 1.5, max(measured.max(), predicted.max()) * 1.5
+    line = np.geomspace(lo, hi, 50)
+    artists.append(ax.plot(line, line, color="black", linewidth=0.8)[0])
+    artists.append(ax.fill_between(line, line * (1 - band), line * (1 + band), color="grey", alpha=0.2,
+                                   label=f"±{band:.0%}"))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured (metric's unit)")
+    ax.set_ylabel("predicted, cross-validated")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return artists

@@ -162,7 +162,7 @@ def format_estimate(e: Estimate) -> str:
                   "", "Where the time goes", table(_time_rows(r), header=("", "prefill", "decode step")),
                   "", f"Bytes per decode step at the mean context ({r['mean_decode_context']:,.0f} tokens)",
                   table(_ledger_rows(r, "decode_bytes", gigabytes))]
-    parts += ["", f"Efficiencies: {e.efficiency_source}.",
+    parts += ["", f"Efficiencies: {e.efficiency_source}.", f"Intervals: {r.get('interval_basis', 'none')}.",
               "", "Definitions"] + [f"  {d}" for d in DEFINITIONS]
     parts += [f"warning: {w}" for w in e.warnings]
     return "\n".join(parts)
@@ -175,6 +175,13 @@ def _load_text(e: Estimate) -> str:
     load = f"{s.concurrency} requests in flight" if s.concurrency else f"{s.rate:g} requests/s arriving"
     chunk = f", chunked prefill {s.chunked_prefill} tokens/step" if s.chunked_prefill else ""
     return f"{load} (continuous batching{chunk}; steady decode batch {e.results['steady_batch']:.1f})"
+
+
+def _range(r: dict, key: str, fmt) -> str:
+    """' (80%: low-high)' when the estimate carries an interval for ``key``."""
+    if f"{key}_low" not in r:
+        return ""
+    return f"  (80%: {fmt(r[key + '_low'])} - {fmt(r[key + '_high'])})"
 
 
 def _speed_rows(r: dict) -> list[tuple[str, str]]:
@@ -190,11 +197,11 @@ def _speed_rows(r: dict) -> list[tuple[str, str]]:
             ("max sustainable rate (KV-bound)", f"{r['max_rate']:.2f} requests/s"),
         ]
     return [
-        ("TTFT (prefill, no queueing)", seconds(r["ttft_s"])),
-        ("prefill tokens/s", rate(r["prefill_tps"])),
-        ("ITL (mean over the generation)", seconds(r["itl_s"])),
-        ("decode tokens/s per sequence", rate(r["decode_tps_per_seq"])),
-        ("decode tokens/s, whole batch", rate(r["decode_tps_total"])),
+        ("TTFT (prefill, no queueing)", seconds(r["ttft_s"]) + _range(r, "ttft_s", seconds)),
+        ("prefill tokens/s", rate(r["prefill_tps"]) + _range(r, "prefill_tps", rate)),
+        ("ITL (mean over the generation)", seconds(r["itl_s"]) + _range(r, "itl_s", seconds)),
+        ("decode tokens/s per sequence", rate(r["decode_tps_per_seq"]) + _range(r, "decode_tps_per_seq", rate)),
+        ("decode tokens/s, whole batch", rate(r["decode_tps_total"]) + _range(r, "decode_tps_total", rate)),
         ("end-to-end latency", seconds(r["e2e_latency_s"])),
         ("TPOT inclusive of first token", seconds(r["tpot_inclusive_s"])),
     ]
