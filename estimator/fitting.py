@@ -130,10 +130,10 @@ def fit_all(problem: Problem) -> dict[str, EngineDefaults]:
     return {name: fit_engine(problem, name) for name in sorted(set(problem.engines))}
 
 
-def cross_validate(problem: Problem) -> np.ndarray:
-    """Leave-one-source-out held-out predictions, in each row's metric unit."""
+def cross_validate(problem: Problem, only: list[str] | None = None) -> np.ndarray:
+    """Leave-one-source-out held-out predictions, in each row's metric unit (NaN outside ``only``)."""
     held_out = np.full(len(problem.measured), np.nan)
-    for source in sorted(set(problem.sources)):
+    for source in sorted(only or set(problem.sources)):
         test = problem.sources == source
         params = fit_all(problem.subset(~test))
         part = problem.subset(test)

@@ -1,0 +1,94 @@
+"""The dataset, the engine fit and its cross-validation, and the error figures we report."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from estimator.api import estimate
+from estimator.dataset import load_dataset
+from estimator.engines import load_intervals
+from estimator.fitting import build_problem, cross_validate, fit_engine, theta_of
+from estimator.validate import calibrated_widening, coverage, format_validation, headline, run
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return load_dataset()
+
+
+@pytest.fixture(scope="module")
+def problem(dataset, db):
+    return build_problem(dataset, db)
+
+
+@pytest.fixture(scope="module")
+def validation(dataset, db):
+    return run(dataset, db)
+
+
+def test_dataset_meets_its_coverage_targets(dataset, problem):
+    assert len(dataset.rows) >= 600
+    assert len(dataset.sources) >= 8
+    assert len({c.hardware.name for c in problem.resolved.configs}) >= 30
+    assert {"decode_tps_per_seq", "prefill_tps", "ttft_ms", "throughput_out_tps"} <= set(problem.resolved.metrics)
+    assert any(c.model.shape.moe for c in problem.resolved.configs)
+    assert any(c.prompt_tokens >= 4096 for c, m in zip(problem.resolved.configs, problem.resolved.metrics)
+               if m in ("prefill_tps", "ttft_ms"))
+
+
+def test_every_row_has_a_url_and_a_known_metric(dataset):
+    from estimator.predict import METRICS
+    for row in dataset.rows:
+        assert row["url"].startswith("http") and row["metric"] in METRICS and row["source"], row["id"]
+
+
+def test_the_fit_is_deterministic(problem):
+    first, second = fit_engine(problem, "llama.cpp"), fit_engine(problem, "llama.cpp")
+    assert np.array_equal(theta_of(first), theta_of(second))
+
+
+def test_cross_validation_cannot_see_its_held_out_source(problem):
+    source = "gpt-fast-readme"
+    tampered = build_tampered(problem, source, factor=10.0)
+    held_out = problem.sources == source
+    before, after = cross_validate(problem, only=[source]), cross_validate(tampered, only=[source])
+    assert np.allclose(before[held_out], after[held_out])
+    # while a fit that may see the source does move
+    assert not np.array_equal(theta_of(fit_engine(problem, "gpt-fast")), theta_of(fit_engine(tampered, "gpt-fast")))
+
+
+def build_tampered(problem, source, factor):
+    """The same problem with one source's measurements multiplied by ``factor``."""
+    from dataclasses import replace
+    measured = np.where(problem.sources == source, problem.measured * factor, problem.measured)
+    return replace(problem, measured=measured)
+
+
+def test_intervals_cover_about_80_percent_out_of_source(validation):
+    k, covered = calibrated_widening(validation)
+    assert 0.78 <= covered <= 0.92
+    assert coverage(validation, 1.0) < covered        # the widening is needed, and it is measured
+
+
+def test_error_has_not_got_worse_than_reported(validation):
+    reported = load_intervals()["headline"]
+    now = headline(validation)
+    assert now["decode_median_abs_error"] <= reported["decode_median_abs_error"] + 0.005
+    assert now["prefill_ttft_median_abs_error"] <= reported["prefill_ttft_median_abs_error"] + 0.005
+    assert now["rows"] >= reported["rows"] * 0.95
+
+
+def test_validation_report_has_every_table(validation):
+    text = format_validation(validation)
+    for part in ("leave one source out", "By metric", "By engine", "By device class", "By model type",
+                 "Worst rows", "80% prediction intervals"):
+        assert part in text
+
+
+def test_estimates_carry_intervals():
+    e = estimate("llama-3.1-8b", "rtx 4090", weight_format="Q4_K_M", engine="llama.cpp")
+    d = e.to_dict()
+    assert d["decode_tps_per_seq_low"] < d["decode_tps_per_seq"] < d["decode_tps_per_seq_high"]
+    assert d["ttft_s_low"] < d["ttft_s"] < d["ttft_s_high"]
+    assert "leave-one-source-out" in d["interval_basis"] and d["interval_calibrated"] is False
