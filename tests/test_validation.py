@@ -92,3 +92,26 @@ def test_estimates_carry_intervals():
     assert d["decode_tps_per_seq_low"] < d["decode_tps_per_seq"] < d["decode_tps_per_seq_high"]
     assert d["ttft_s_low"] < d["ttft_s"] < d["ttft_s_high"]
     assert "leave-one-source-out" in d["interval_basis"] and d["interval_calibrated"] is False
+
+
+def test_local_validation_runs_on_this_cpu(tmp_path, monkeypatch):
+    pytest.importorskip("torch", reason="needs the calibrate extra")
+    import json
+    from estimator.local_validation import validate_local
+    monkeypatch.setenv("ROOFLINE_CALIBRATION_DIR", str(tmp_path))    # forces a (smoke) calibration first
+    data = json.loads(validate_local("cpu", ["Qwen/Qwen2.5-0.5B"], quick=True, as_json=True))
+    assert len(data["runs"]) == 2
+    for run_ in data["runs"]:
+        for key in ("measured_ttft_s", "predicted_ttft_s", "measured_decode_tps", "predicted_decode_tps"):
+            assert np.isfinite(run_[key]) and run_[key] > 0
+        # a faithful model and a calibrated device: within a factor of 5 either way
+        assert 0.2 < run_["predicted_decode_tps"] / run_["measured_decode_tps"] < 5
+
+
+def test_local_validation_rejects_moe(db):
+    pytest.importorskip("torch", reason="needs the calibrate extra")
+    import torch
+    from estimator.errors import ConfigurationError
+    from estimator.local_validation import build_decoder
+    with pytest.raises(ConfigurationError, match="dense GQA"):
+        build_decoder(torch, db.models.get("mixtral-8x7b"), "cpu", torch.float32)
