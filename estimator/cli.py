@@ -121,6 +121,36 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--compare", nargs=2, metavar=("A.yaml", "B.yaml"), help="compare two profiles instead")
     _add_db(cal)
 
+    pl = sub.add_parser("plan", help="which hardware, how many, in which format, at what cost (or a plan.yaml)")
+    pl.add_argument("plan_file", nargs="?", help="a plan YAML (keys mirror the flags); flags are then ignored")
+    pl.add_argument("--model", action="append", help="model(s) to plan for (repeatable)")
+    pl.add_argument("--prompt", type=int, help="prompt tokens per request")
+    pl.add_argument("--output", type=int, help="output tokens per request")
+    load = pl.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", type=int, default=0, help="requests in flight")
+    load.add_argument("--rate", type=float, default=0.0, help="requests per second")
+    pl.add_argument("--max-ttft-s", type=float, help="TTFT target, seconds, queueing included")
+    pl.add_argument("--min-tps-per-user", type=float, help="decode tokens/s per user target")
+    pl.add_argument("--percentile", choices=("p50", "p90"), default="p50",
+                    help="p90: judge the pessimistic end of each estimate's 80%% interval")
+    fmts = pl.add_mutually_exclusive_group()
+    fmts.add_argument("--formats", help="comma-separated weight formats to consider (default bf16,fp8,int4-awq,nvfp4)")
+    fmts.add_argument("--min-bits", type=float, help="only formats with at least this many bits per weight")
+    pl.add_argument("--gpus", help="comma-separated devices or classes (datacenter_gpu, consumer_gpu ...)")
+    pl.add_argument("--max-gpus", type=int, default=8, help="largest deployment to consider (default 8)")
+    pl.add_argument("--on-prem", action="store_true", help="purchase + power instead of cloud hourly prices")
+    pl.add_argument("--budget", type=float, help="USD: purchase (on-prem) or per month (cloud)")
+    pl.add_argument("--engine", default="vLLM", help="serving-engine profile (default vLLM)")
+    pl.add_argument("--json", action="store_true")
+    _add_db(pl)
+
+    rep = sub.add_parser("report", help="a self-contained procurement report (HTML, Markdown or PDF) from a plan")
+    rep.add_argument("plan_file", help="plan YAML (see `roofline plan`)")
+    rep.add_argument("--out", required=True, help="output file")
+    rep.add_argument("--format", choices=("html", "md", "pdf"), default="html")
+    rep.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    _add_db(rep)
+
     val = sub.add_parser("validate", help="the estimator's error against published measurements (or this machine)")
     source = val.add_mutually_exclusive_group(required=True)
     source.add_argument("--published", action="store_true", help="leave-one-source-out error on measurements_db")
@@ -174,6 +204,11 @@ def run(args: argparse.Namespace) -> str:
         return json.dumps(e.to_dict(), indent=2) if args.json else format_estimate(e)
     if args.command == "explain":
         return explain(_estimate_kwargs(args), db=db, as_json=args.json)
+    if args.command == "report":
+        from estimator.procurement import write_report
+        return write_report(args.plan_file, args.out, args.format, force=args.force, db=db)
+    if args.command == "plan":
+        return _plan(args, db)
     if args.command == "validate":
         return _validate(args, db)
     if args.command == "calibrate":
@@ -206,6 +241,39 @@ def _calibrate(args: argparse.Namespace, db) -> str:
     out = save_profile(profile, args.out or default_profile_path(profile.device.name), force=args.force or not args.out)
     hardware = db.hardware.get(profile.device.matched_hardware) if profile.device.matched_hardware else None
     return format_profile(profile, hardware) + f"\nprofile written to {out}"
+
+
+def plan_from_args(args: argparse.Namespace):
+    """A PlanSpec from a plan file, or from the flags (the same keys)."""
+    from pydantic import ValidationError
+
+    from estimator.plan import PlanSpec, load_plan
+    if args.plan_file:
+        return load_plan(args.plan_file)
+    if not args.model:
+        raise ConfigurationError("give a plan file, or --model with --prompt, --output and --concurrency or --rate")
+    split = lambda text: [x.strip() for x in text.split(",") if x.strip()] if text else None  # noqa: E731
+    try:
+        return PlanSpec(
+            models=args.model, engine=args.engine,
+            workload={"prompt": args.prompt, "output": args.output, "concurrency": args.concurrency,
+                      "rate": args.rate},
+            targets={"max_ttft_s": args.max_ttft_s, "min_tps_per_user": args.min_tps_per_user,
+                     "percentile": args.percentile},
+            constraints={"formats": split(args.formats), "min_bits": args.min_bits, "gpus": split(args.gpus),
+                         "max_gpus": args.max_gpus, "deployment": "on_prem" if args.on_prem else "cloud",
+                         "budget_usd": args.budget})
+    except ValidationError as exc:
+        raise ConfigurationError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+
+
+def _plan(args: argparse.Namespace, db) -> str:
+    from estimator.plan_report import format_plan
+    from estimator.planner import plan
+    result = plan(plan_from_args(args), db=db)
+    if args.json:
+        return json.dumps(result.to_dict(), indent=2, default=lambda x: None)
+    return format_plan(result)
 
 
 def _validate(args: argparse.Namespace, db) -> str:

@@ -109,7 +109,8 @@ class Hardware(Frozen):
     host_link: Link | None = None
     scale_up_link: Link | None = None
     tdp: Quantity
-    price: Price | None = None
+    price: Price | None = Field(default=None, description="purchase price (USD): msrp or street")
+    cloud_price: Price | None = Field(default=None, description="on-demand rental per device-hour (USD/h)")
     notes: str | None = None
 
     @model_validator(mode="after")
@@ -122,6 +123,10 @@ class Hardware(Frozen):
         if self.cache is not None:
             self.cache.require("bytes", "cache")
         self.tdp.require("watts", "tdp")
+        if self.price is not None and self.price.unit != "USD":
+            raise ValueError("price: a purchase price in USD; rental prices go in cloud_price (USD/h)")
+        if self.cloud_price is not None and self.cloud_price.unit != "USD/h":
+            raise ValueError("cloud_price: USD/h per device")
         return self
 
     @property

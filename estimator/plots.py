@@ -45,3 +45,65 @@ def plot_predicted_vs_measured(ax, measured, predicted, groups=None, band: float
     ax.set_title(title)
     ax.legend(fontsize="small")
     return artists
+
+
+def plot_roofline(ax, devices: list[tuple[str, float, float]], points: list[tuple[str, float, float]],
+                  title: str = ""):
+    """Roofs of devices (name, peak FLOP/s, bandwidth B/s) and operating points (label, FLOP/byte, FLOP/s)."""
+    x = np.geomspace(0.1, 1e4, 200)
+    artists = []
+    for name, peak, bandwidth in devices:
+        artists.append(ax.plot(x, np.minimum(peak, x * bandwidth), label=name)[0])
+    for i, (label, intensity, achieved) in enumerate(points):
+        artists.append(ax.scatter([intensity], [achieved], marker="o" if "decode" in label else "^", zorder=3))
+        artists.append(ax.annotate(label, (intensity, achieved), fontsize=7, xytext=(6, 10 - 12 * (i % 3)),
+                                   textcoords="offset points"))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("attainable FLOP/s")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return artists
+
+
+def plot_lines(ax, x, series: dict[str, Sequence[float]], xlabel: str, ylabel: str, title: str = "",
+               logx: bool = False, logy: bool = False):
+    """One line per named series against a shared x."""
+    artists = [ax.plot(x, y, marker="o", markersize=3, label=name)[0] for name, y in series.items()]
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return artists
+
+
+def plot_memory_breakdown(ax, labels: list[str], parts: dict[str, Sequence[float]], capacity: Sequence[float],
+                          title: str = ""):
+    """Stacked bars of memory per device (GB), with each device's usable capacity marked."""
+    bottom = np.zeros(len(labels))
+    artists = []
+    for name, values in parts.items():
+        values = np.asarray(values, dtype=float) / 1e9
+        artists.append(ax.bar(labels, values, bottom=bottom, label=name))
+        bottom += values
+    artists.append(ax.scatter(labels, np.asarray(capacity) / 1e9, marker="_", s=400, color="black",
+                              label="available", zorder=3))
+    ax.set_ylabel("GB per device")
+    ax.set_title(title)
+    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    ax.legend(fontsize="small")
+    return artists
+
+
+def plot_costs(ax, labels: list[str], costs: Sequence[float], title: str = ""):
+    """Cost per million output tokens, one bar per configuration."""
+    bars = ax.bar(labels, costs, color="tab:green")
+    ax.set_ylabel("USD per million output tokens")
+    ax.set_title(title)
+    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    return [bars]
