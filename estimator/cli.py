@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--on-prem", action="store_true", help="purchase + power instead of cloud hourly prices")
     pl.add_argument("--budget", type=float, help="USD: purchase (on-prem) or per month (cloud)")
     pl.add_argument("--engine", default="vLLM", help="serving-engine profile (default vLLM)")
+    pl.add_argument("--price", action="append", default=[], metavar="DEVICE=USD",
+                    help="override a price: USD per device-hour (cloud) or purchase USD (--on-prem); repeatable")
+    pl.add_argument("--devices-per-node", type=int, default=8, help="devices per node / NVLink domain (default 8)")
     pl.add_argument("--json", action="store_true")
     _add_db(pl)
 
@@ -262,9 +265,22 @@ def plan_from_args(args: argparse.Namespace):
                      "percentile": args.percentile},
             constraints={"formats": split(args.formats), "min_bits": args.min_bits, "gpus": split(args.gpus),
                          "max_gpus": args.max_gpus, "deployment": "on_prem" if args.on_prem else "cloud",
-                         "budget_usd": args.budget})
+                         "budget_usd": args.budget, "devices_per_node": args.devices_per_node},
+            prices={"devices": _price_overrides(args.price, args.on_prem)})
     except ValidationError as exc:
         raise ConfigurationError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+
+
+def _price_overrides(items: list[str], on_prem: bool) -> dict:
+    out = {}
+    for item in items:
+        name, _, value = item.rpartition("=")
+        try:
+            amount = float(value)
+        except ValueError:
+            raise ConfigurationError(f"--price {item!r}: expected DEVICE=USD, e.g. 'NVIDIA H100 SXM=2.99'") from None
+        out[name.strip()] = {"purchase_usd" if on_prem else "cloud_usd_per_hour": amount}
+    return out
 
 
 def _plan(args: argparse.Namespace, db) -> str:

@@ -119,6 +119,14 @@ def load_plan(path) -> PlanSpec:
         raise ConfigurationError(f"{path}: {problems}") from None
 
 
+def price_age_months(date: str, today=None) -> int:
+    """Whole months between a price's YYYY-MM(-DD) date and today."""
+    from datetime import date as _date
+    today = today or _date.today()
+    year, month = (int(x) for x in date.split("-")[:2])
+    return (today.year - year) * 12 + today.month - month
+
+
 def purchase_price(hw, prices: Prices) -> float | None:
     """A device's purchase price: the plan's override, else the database's."""
     override = prices.devices.get(hw.name, DevicePrice()).purchase_usd
@@ -132,11 +140,13 @@ def hourly_cost(hw, prices: Prices, deployment: str) -> tuple[float | None, str]
         if override.cloud_usd_per_hour:
             return override.cloud_usd_per_hour, "plan override"
         if hw.cloud_price:
-            return hw.cloud_price.value, f"{hw.cloud_price.source} ({hw.cloud_price.date})"
+            p = hw.cloud_price
+            return p.value, f"{p.source} ({p.date}, {price_age_months(p.date)} months old)"
         return None, "no cloud price"
     purchase = purchase_price(hw, prices)
     if purchase is None:
         return None, "no purchase price"
-    source = "plan override" if override.purchase_usd else f"{hw.price.source} ({hw.price.date})"
+    source = "plan override" if override.purchase_usd else \
+        f"{hw.price.source} ({hw.price.date}, {price_age_months(hw.price.date)} months old)"
     energy = hw.tdp.base * prices.utilization * prices.pue / 1000 * prices.energy_usd_per_kwh
     return purchase / (prices.amortization_years * HOURS_PER_YEAR) + energy, source

@@ -84,6 +84,12 @@ def device_counts(max_devices: int) -> list[int]:
     return sorted(set(counts + [max_devices]))
 
 
+def _canonical_prices(spec: PlanSpec, db: Database) -> PlanSpec:
+    """Price overrides keyed by any of a device's names, re-keyed by its database name."""
+    devices = {db.hardware.get(name).name: price for name, price in spec.prices.devices.items()}
+    return spec.model_copy(update={"prices": spec.prices.model_copy(update={"devices": devices})})
+
+
 def _percentile_adjusted(spec: PlanSpec, engine: str, device_class: str, ttft: float, tps: float):
     """At p90, judge the pessimistic end of the estimate's 80% interval."""
     stored = load_intervals()
@@ -111,6 +117,7 @@ def _evaluate(spec: PlanSpec, model, devices, formats, layouts, db) -> list[dict
 def plan(spec: PlanSpec, db: Database | None = None) -> PlanResult:
     """Search devices × count × layout × format for the plan; see :mod:`estimator.plan`."""
     db = db or load_database()
+    spec = _canonical_prices(spec, db)
     models = [db.models.get(m) for m in spec.models]
     devices = candidate_devices(spec, db)
     formats = candidate_formats(spec)
