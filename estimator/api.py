@@ -26,7 +26,7 @@ from estimator.hf_config import load_config_json
 from estimator.intervals import interval_columns
 from estimator.model import ModelSpec
 from estimator.results import AXES, ResultTable
-from estimator.errors import ConfigurationError
+from estimator.errors import ConfigurationError, describe_validation_error
 from estimator.workload import DEFAULT_HOST_CPU, Layout, ServingOptions, as_layout, check_layout, check_workload
 
 # The columns a sweep returns unless ``detail=True`` asks for the ledgers too.
@@ -199,8 +199,7 @@ def _serving(**options) -> ServingOptions:
     try:
         return ServingOptions(**options)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigurationError(f"invalid serving options: {problems}") from None
+        raise ConfigurationError(f"invalid serving options: {describe_validation_error(exc)}") from None
 
 
 @dataclass(frozen=True)

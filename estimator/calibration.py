@@ -20,9 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from estimator.errors import DatabaseError
+from estimator.errors import DatabaseError, load_yaml_model
 
 SCHEMA_VERSION = 1
 ENV_DIR = "ROOFLINE_CALIBRATION_DIR"
@@ -90,17 +90,7 @@ class CalibrationProfile(BaseModel):
 
 def load_profile(path: str | os.PathLike) -> CalibrationProfile:
     """Read and validate a profile, with a clear error for a bad file."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise DatabaseError(f"cannot read calibration profile {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise DatabaseError(f"{path}: not valid YAML: {exc}") from None
-    try:
-        return CalibrationProfile.model_validate(data)
-    except ValidationError as exc:
-        raise DatabaseError(f"{path}: not a calibration profile (schema v{SCHEMA_VERSION}):\n{exc}") from None
+    return load_yaml_model(path, CalibrationProfile, f"calibration profile (schema v{SCHEMA_VERSION})")
 
 
 def save_profile(profile: CalibrationProfile, path: str | os.PathLike, force: bool = False) -> Path:

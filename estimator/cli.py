@@ -15,7 +15,7 @@ from typing import Sequence
 from estimator import catalog, disagg, predict
 from estimator.api import estimate, speculative_speedup_grid
 from estimator.db import load_database
-from estimator.errors import ConfigurationError, RooflineError
+from estimator.errors import ConfigurationError, RooflineError, describe_validation_error
 from estimator.explain import explain
 from estimator.report import format_disaggregation, format_estimate, table
 
@@ -268,7 +268,7 @@ def plan_from_args(args: argparse.Namespace):
                          "budget_usd": args.budget, "devices_per_node": args.devices_per_node},
             prices={"devices": _price_overrides(args.price, args.on_prem)})
     except ValidationError as exc:
-        raise ConfigurationError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+        raise ConfigurationError(describe_validation_error(exc)) from None
 
 
 def _price_overrides(items: list[str], on_prem: bool) -> dict:

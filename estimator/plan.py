@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from estimator.errors import ConfigurationError
+from estimator.errors import ConfigurationError, load_yaml_model
 
 HOURS_PER_YEAR = 8760
 DEFAULT_FORMATS = ("bf16", "fp8", "int4-awq", "nvfp4")
@@ -102,21 +102,7 @@ class PlanSpec(_Spec):
 
 def load_plan(path) -> PlanSpec:
     """Read a plan YAML; an unknown or bad key is an error naming it."""
-    import yaml
-    from pathlib import Path
-
-    from pydantic import ValidationError
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read plan {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigurationError(f"{path}: not valid YAML: {exc}") from None
-    try:
-        return PlanSpec.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors())
-        raise ConfigurationError(f"{path}: {problems}") from None
+    return load_yaml_model(path, PlanSpec, "plan", ConfigurationError)
 
 
 def price_age_months(date: str, today=None) -> int:
