@@ -24,7 +24,7 @@ import numpy as np
 from estimator.api import estimate, sweep
 from estimator.errors import ConfigurationError
 from estimator.serving import steady_state
-from estimator.workload import Layout, ServingOptions
+from estimator.workload import Layout
 
 BATCH_GRID = np.unique(np.round(np.geomspace(1, 4096, 48))).astype(int)
 

@@ -18,7 +18,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from estimator.db import normalize
-from estimator.efficiency import GENERIC_ENGINE, EngineDefaults
+from estimator.efficiency import EngineDefaults
 from estimator.errors import DatabaseError, UnknownNameError
 from estimator.sourced import Frozen
 
@@ -82,6 +82,3 @@ def engine_for_framework(framework: str) -> EngineProfile:
             return profile
     return engine("generic")
 
-
-def generic_parameters() -> EngineDefaults:
-    return GENERIC_ENGINE

@@ -70,10 +70,3 @@ def to_base(value: float, unit: str) -> float:
         raise ValueError(
             f"unknown unit {unit!r}; known units are: {', '.join(UNIT_FACTORS)}"
         ) from None
-
-
-def format_bytes(n_bytes: float, binary: bool = False) -> str:
-    """Format a byte count as GB (decimal) or GiB (binary), naming which."""
-    if binary:
-        return f"{n_bytes / GiB:.2f} GiB"
-    return f"{n_bytes / GB:.2f} GB"

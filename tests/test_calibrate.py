@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch", reason="calibration needs the calibrate ext
 
 from calibrate import benchmarks as bm  # noqa: E402
 from calibrate.run import calibrate, tiny_plan  # noqa: E402
-from calibrate.summary import compare, format_profile  # noqa: E402
+from calibrate.summary import format_profile  # noqa: E402
 from estimator.api import estimate  # noqa: E402
 from estimator.calibration import CalibrationProfile, load_profile, save_profile  # noqa: E402
 from estimator.cli import main  # noqa: E402
