@@ -29,6 +29,8 @@ from estimator.results import AXES, ResultTable
 from estimator.errors import ConfigurationError, describe_validation_error
 from estimator.workload import DEFAULT_HOST_CPU, Layout, ServingOptions, as_layout, check_layout, check_workload
 
+# Under a load (concurrency or rate) a sweep also returns the steady state; a saturated row has no latencies.
+LOAD_COLUMNS = ("steady_batch", "request_rate", "saturated", "max_rate", "ttft_prefill_s")
 # The columns a sweep returns unless ``detail=True`` asks for the ledgers too.
 MAIN_COLUMNS = (
     "ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total", "e2e_latency_s",
@@ -155,7 +157,8 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         layout={k: values_on_axis([x.columns()[k] for x in layout_specs], 4) for k in layout_specs[0].columns()},
         B=values_on_axis(batches, 5), T=values_on_axis(prompt_tokens, 6),
         O=values_on_axis(output_tokens, 7), serving=serving.columns(), engine=parameters)
-    keep = results if detail else {k: results[k] for k in MAIN_COLUMNS}
+    main = MAIN_COLUMNS + (LOAD_COLUMNS if serving.under_load else ())
+    keep = results if detail else {k: results[k] for k in main}
     columns = {k: np.broadcast_to(v, sizes).ravel() for k, v in keep.items()}
     grids = np.unravel_index(np.arange(int(np.prod(sizes))), sizes)
     labels = {

@@ -60,3 +60,16 @@ def test_chunked_prefill_trades_ttft_for_smoother_decode(db):
 def test_chunked_ttft_counts_whole_chunks():
     t = _ttft(np.array(0.1), np.array(1000.0), np.array(300.0), np.array(0.02), np.array(0.01), np.array(0.0))
     assert float(t) == pytest.approx(4 * 0.02 + 0.005)
+
+
+@pytest.mark.parametrize("load", [{"concurrency": 32}, {"rate": 2.0}, {"rate": 2.0, "chunked_prefill": 2048}])
+def test_a_sweep_under_load_is_finite_wherever_it_can_run(load):
+    from estimator.api import sweep
+    from estimator.workload import ServingOptions
+    t = sweep(["llama-3.1-8b", "mixtral-8x7b", "deepseek-ai/DeepSeek-V3", "openai/gpt-oss-120b"],
+              ["h100", "rtx 4090", "m2 ultra", "mi300x"], ["fp8", "Q4_K_M"], ["f16"], [1], [2048], [256], [1, 8],
+              serving=ServingOptions(**load))
+    runnable = t.columns["fits"] & ~t.columns["saturated"]
+    assert runnable.any() and (~runnable).any()
+    for key in ("ttft_s", "itl_s", "decode_tps_per_seq", "throughput_out_tps", "steady_batch"):
+        assert np.all(np.isfinite(t.columns[key][runnable])), key
