@@ -206,13 +206,8 @@ def _serving(**options) -> ServingOptions:
 
 
 @dataclass(frozen=True)
-class Estimate:
-    """One configuration's results with the inputs that produced them.
-
-    ``results`` holds every column of a detailed sweep row (base units: seconds,
-    bytes, FLOPs). Speeds are physics-only when ``fits`` is False: the CLI and
-    :meth:`to_dict` withhold them then.
-    """
+class Configuration:
+    """One row of a configuration list, already resolved to specs."""
 
     model: ModelSpec
     hardware: Hardware
@@ -222,6 +217,17 @@ class Estimate:
     batch: int
     prompt_tokens: int
     output_tokens: int
+
+
+@dataclass(frozen=True)
+class Estimate(Configuration):
+    """One configuration's results with the inputs that produced them.
+
+    ``results`` holds every column of a detailed sweep row (base units: seconds,
+    bytes, FLOPs). Speeds are physics-only when ``fits`` is False: the CLI and
+    :meth:`to_dict` withhold them then.
+    """
+
     serving: ServingOptions
     engine: str
     compute_dtype: str
@@ -323,20 +329,6 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
         output_tokens=output_tokens, serving=serving, engine=profile_engine.name, compute_dtype=row.pop("compute_dtype"),
         efficiency_source=source,
         results=results, warnings=tuple(warnings))
-
-
-@dataclass(frozen=True)
-class Configuration:
-    """One row of a configuration list, already resolved to specs."""
-
-    model: ModelSpec
-    hardware: Hardware
-    weight_format: WeightFormat
-    kv_format: KVFormat
-    layout: Layout
-    batch: int
-    prompt_tokens: int
-    output_tokens: int
 
 
 def evaluate_configurations(configs: Sequence[Configuration], serving: ServingOptions | None = None,

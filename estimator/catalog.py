@@ -7,6 +7,7 @@ from typing import Iterator
 
 from pydantic import BaseModel
 
+from estimator.columns import model_columns
 from estimator.db import Database
 from estimator.formats import KV_FORMATS, WEIGHT_FORMATS
 from estimator.hardware import Hardware, Price
@@ -14,6 +15,7 @@ from estimator.model import ModelSpec
 from estimator.params import count_params
 from estimator.report import format_quantity, format_spec, table
 from estimator.sourced import Quantity
+from estimator.traffic import kv_bytes_per_token_layer
 from estimator.units import GiB, KiB, TB, TFLOPS
 
 KV_BYTES_BF16 = 2
@@ -36,9 +38,8 @@ def gpu_summary(hw: Hardware) -> dict:
 
 def kv_bytes_per_token(spec: ModelSpec, kv_bits: float = 16) -> float:
     """KV-cache bytes per token of context at full length (sliding-window layers counted in full)."""
-    s = spec.shape
-    per_layer = (s.mla.kv_lora_rank + s.mla.qk_rope_head_dim) if s.mla else 2 * s.num_kv_heads * s.head_dim
-    return per_layer * s.num_layers * kv_bits / 8
+    m = model_columns([spec])
+    return float(kv_bytes_per_token_layer(m, kv_bits)[0] * m["layers"][0])
 
 
 def attention_kind(spec: ModelSpec) -> str:

@@ -312,24 +312,30 @@ def _validate(args: argparse.Namespace, db) -> str:
     return text
 
 
-def _save_validation_plot(result, args) -> str:
+def _save_figure(path: str, flag: str, force: bool, size: tuple[float, float], draw) -> str:
+    """Draw on a new figure with ``draw(ax)`` and save it as PNG, never over an existing file without --force."""
     from pathlib import Path
 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from estimator.plots import plot_predicted_vs_measured
-    out = Path(args.plot)
-    if out.exists() and not args.force:
-        raise ConfigurationError(f"{out} exists; pass --force to overwrite it, or choose another --plot")
-    fig, ax = plt.subplots(figsize=(7, 6))
-    plot_predicted_vs_measured(ax, result.problem.measured, result.predicted, result.labels()["engine"],
-                               title="roofline predict vs published measurements (leave one source out)")
+    out = Path(path)
+    if out.exists() and not force:
+        raise ConfigurationError(f"{out} exists; pass --force to overwrite it, or choose another {flag}")
+    fig, ax = plt.subplots(figsize=size)
+    draw(ax)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return f"plot written to {out}"
+
+
+def _save_validation_plot(result, args) -> str:
+    from estimator.plots import plot_predicted_vs_measured
+    return _save_figure(args.plot, "--plot", args.force, (7, 6), lambda ax: plot_predicted_vs_measured(
+        ax, result.problem.measured, result.predicted, result.labels()["engine"],
+        title="roofline predict vs published measurements (leave one source out)"))
 
 
 SPECULATION_ALPHAS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -353,23 +359,10 @@ def _speculation(args: argparse.Namespace, db) -> str:
 
 
 def _save_speculation_plot(args: argparse.Namespace, grid, draft: str) -> str:
-    from pathlib import Path
-
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from estimator.plots import plot_speculative_speedup
-    out = Path(args.out)
-    if out.exists() and not args.force:
-        raise ConfigurationError(f"{out} exists; pass --force to overwrite it, or choose another --out")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    plot_speculative_speedup(ax, SPECULATION_ALPHAS, SPECULATION_GAMMAS, grid,
-                             title=f"{args.model} on {args.gpu}, batch {args.batch}, draft: {draft}")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return f"plot written to {out}"
+    return _save_figure(args.out, "--out", args.force, (7, 4.5), lambda ax: plot_speculative_speedup(
+        ax, SPECULATION_ALPHAS, SPECULATION_GAMMAS, grid,
+        title=f"{args.model} on {args.gpu}, batch {args.batch}, draft: {draft}"))
 
 
 def _disaggregation(args: argparse.Namespace, db) -> str:

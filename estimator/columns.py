@@ -94,7 +94,7 @@ def hardware_columns(devices: Sequence[Hardware]) -> Columns:
         "bandwidth_bytes_per_s": np.array([hw.memory_bandwidth_bytes_per_s for hw in devices]),
         "capacity_bytes": np.array([hw.memory_capacity_bytes for hw in devices]),
         "attention_flops_per_s": np.array([_first_peak(hw, ATTENTION_DTYPES)[1] for hw in devices]),
-        "link_bytes_per_s": np.array([_link_bandwidth(hw) for hw in devices]),
+        "link_bytes_per_s": np.array([link_bandwidth(hw) for hw in devices]),
         "host_link_bytes_per_s": np.array([FALLBACK_LINK_BYTES_PER_S if hw.host_link is None
                                            else hw.host_link.bandwidth.base for hw in devices]),
         "device_class_code": np.array([CLASS_ORDER.index(hw.device_class.value) for hw in devices]),
@@ -123,7 +123,7 @@ def kv_columns(kv_formats: Sequence[KVFormat]) -> Columns:
 FALLBACK_LINK_BYTES_PER_S = 32e9
 
 
-def _link_bandwidth(hw: Hardware) -> float:
+def link_bandwidth(hw: Hardware) -> float:
     """Per-direction bandwidth tensor-parallel ranks exchange activations over: NVLink/IF, else the host link."""
     link = hw.scale_up_link or hw.host_link
     return FALLBACK_LINK_BYTES_PER_S if link is None else link.bandwidth.base

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from estimator.api import estimate, sweep
+from estimator.columns import link_bandwidth
 from estimator.errors import ConfigurationError
 from estimator.serving import steady_state
 from estimator.workload import Layout
@@ -50,7 +51,7 @@ def disaggregated(model, gpu, rate: float, prefill_devices: int, decode_devices:
                    batch=1, prompt_tokens=prompt_tokens, output_tokens=output_tokens, db=db)
     prefill_rate = rate / (prefill_devices // per_instance)
     u = prefill_rate * one.ttft_s
-    transfer_s = prompt_tokens * one.kv_cache_bytes_per_token / _link_bytes_per_s(one.hardware)
+    transfer_s = prompt_tokens * one.kv_cache_bytes_per_token / link_bandwidth(one.hardware)
     ttft = one.ttft_s + u * one.ttft_s / (2 * (1 - u)) + transfer_s if u < 1 else float("nan")
     itl_at = _itl_curve(model, gpu, layout, weight_format, kv_format, prompt_tokens, output_tokens, db)
     decode = steady_state(itl_at, np.array(0.0), np.array(float(prompt_tokens)), output_tokens, 0.0,
@@ -99,7 +100,3 @@ def fewest_devices(model, gpu, rate: float, *, max_devices: int = 64, max_ttft_s
             break
     return best
 
-
-def _link_bytes_per_s(hw) -> float:
-    link = hw.scale_up_link or hw.host_link
-    return 32e9 if link is None else link.bandwidth.base

@@ -90,17 +90,17 @@ GENERIC_ENGINE = EngineDefaults(
           "with CUDA graphs reducing launch costs; one decode-sized all-reduce costs ~20 us (LLMCompass measured "
           "26 us on 4xA100 NVLink, AIConfigurator assumes 10 us p2p latency on H100/H200)")
 
-_GROUP_OF = {c: g for g, classes in DEVICE_GROUPS.items() for c in classes}
+GROUP_OF_CLASS = {c: g for g, classes in DEVICE_GROUPS.items() for c in classes}
 
 
 def compute_eff_by_class(engine: EngineDefaults) -> np.ndarray:
     """The engine's compute efficiency for each device class, in :data:`CLASS_ORDER`."""
-    return np.array([engine.compute_eff_by_group.get(_GROUP_OF[c], engine.compute_eff) for c in CLASS_ORDER])
+    return np.array([engine.compute_eff_by_group.get(GROUP_OF_CLASS[c], engine.compute_eff) for c in CLASS_ORDER])
 
 
 def bandwidth_scale_by_class(engine: EngineDefaults) -> np.ndarray:
     """The engine's bandwidth factor for each device class, in :data:`CLASS_ORDER`."""
-    return np.array([engine.bandwidth_scale_by_group.get(_GROUP_OF[c], 1.0) for c in CLASS_ORDER])
+    return np.array([engine.bandwidth_scale_by_group.get(GROUP_OF_CLASS[c], 1.0) for c in CLASS_ORDER])
 
 
 _HBM_TYPES = {MemoryType.HBM2, MemoryType.HBM2e, MemoryType.HBM3, MemoryType.HBM3e}

@@ -8,11 +8,8 @@ speed that covers 80% of rows from sources the fit never saw
 
 from __future__ import annotations
 
-from estimator.efficiency import DEVICE_GROUPS
+from estimator.efficiency import GROUP_OF_CLASS
 from estimator.engines import load_intervals
-
-GROUP_OF_CLASS = {c: g for g, classes in DEVICE_GROUPS.items() for c in classes}
-
 
 def interval_for(table: dict, engine: str, phase: str, group: str):
     """The most specific interval available: engine and group, engine, then all engines; with its basis."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from estimator.api import Estimate
+from estimator.columns import FALLBACK_LINK_BYTES_PER_S
 from estimator.units import GB, KB, MB, TB, TFLOPS
 
 DEFINITIONS = (
@@ -66,7 +67,7 @@ def _numeric(cell: str) -> bool:
 
 def _host_link(hw) -> str:
     link = hw.host_link
-    return "no host link published; 32 GB/s assumed" if link is None else \
+    return f"no host link published; {FALLBACK_LINK_BYTES_PER_S / GB:.0f} GB/s assumed" if link is None else \
         f"{link.kind}, {link.bandwidth.base / GB:.0f} GB/s each way"
 
 
