@@ -16,3 +16,10 @@ from estimator.db import load_database  # noqa: E402  (after the environment is 
 @pytest.fixture(scope="session")
 def db():
     return load_database()
+
+
+@pytest.fixture(scope="session")
+def published_validation(db):
+    """`roofline validate --published` (fit and leave-one-source-out), computed once for the whole suite."""
+    from estimator.validate import run
+    return run(db=db)

@@ -9,7 +9,7 @@ from estimator.api import estimate
 from estimator.dataset import load_dataset
 from estimator.engines import load_intervals
 from estimator.fitting import build_problem, cross_validate, fit_engine, theta_of
-from estimator.validate import calibrated_widening, coverage, format_validation, headline, run
+from estimator.validate import calibrated_widening, coverage, format_validation, headline
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +23,8 @@ def problem(dataset, db):
 
 
 @pytest.fixture(scope="module")
-def validation(dataset, db):
-    return run(dataset, db)
+def validation(published_validation):
+    return published_validation
 
 
 def test_dataset_meets_its_coverage_targets(dataset, problem):
