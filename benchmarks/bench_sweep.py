@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from estimator.api import sweep
-from estimator.db import load_database
+from estimator.evaluation.api import sweep
+from estimator.specs.database import load_database
 
 
 def build_axes(target: int, db):

@@ -1,12 +1,12 @@
-"""From raw measurements to the summary a profile carries (see estimator.calibration.Summary)."""
+"""From raw measurements to the summary a profile carries (see estimator.efficiency.calibration_profile.Summary)."""
 
 from __future__ import annotations
 
 import statistics
 
 from calibrate.benchmarks import ELEMENT_BYTES
-from estimator.calibration import BandwidthPoint, Summary
-from estimator.hardware import Hardware
+from estimator.efficiency.calibration_profile import BandwidthPoint, Summary
+from estimator.specs.hardware import Hardware
 
 
 def _ok(measurements: list[dict], bench: str) -> list[dict]:

@@ -10,9 +10,9 @@ import os
 import platform
 import sys
 
-from estimator.calibration import DeviceIdentity
-from estimator.db import Database
+from estimator.efficiency.calibration_profile import DeviceIdentity
 from estimator.errors import UnknownNameError
+from estimator.specs.database import Database
 
 
 def cpu_name() -> str:

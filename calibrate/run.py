@@ -17,9 +17,9 @@ from calibrate import benchmarks as bm
 from calibrate import require_torch
 from calibrate.fit import fit_summary
 from calibrate.identity import identify, software
-from estimator.calibration import SCHEMA_VERSION, CalibrationProfile, now_iso
-from estimator.db import Database, load_database
+from estimator.efficiency.calibration_profile import SCHEMA_VERSION, CalibrationProfile, now_iso
 from estimator.errors import ConfigurationError
+from estimator.specs.database import Database, load_database
 
 MiB, GiB = 2**20, 2**30
 DEVICES = ("cuda", "cpu", "mps")

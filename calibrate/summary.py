@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from estimator.calibration import CalibrationProfile
-from estimator.hardware import Hardware
-from estimator.report import seconds, table
+from estimator.efficiency.calibration_profile import CalibrationProfile
+from estimator.formatting import seconds, table
+from estimator.specs.hardware import Hardware
 from estimator.units import GB, TFLOPS
 
 

@@ -3,7 +3,7 @@
 On CUDA each repetition is timed with a pair of CUDA events (device-side time);
 on CPU and MPS the device is synchronised before reading the host clock.
 Callers rotate their inputs so repetitions do not find the data in cache
-(STYLE.md §21; triton ``do_bench``, ``torch.utils.benchmark``).
+(docs/conventions.md, microbenchmarks; triton ``do_bench``, ``torch.utils.benchmark``).
 """
 
 from __future__ import annotations

@@ -12,12 +12,15 @@ import os
 import sys
 from typing import Sequence
 
-from estimator import catalog, disagg, predict
-from estimator.api import estimate, speculative_speedup_grid
-from estimator.db import load_database
 from estimator.errors import ConfigurationError, RooflineError, describe_validation_error
-from estimator.explain import explain
-from estimator.report import format_disaggregation, format_estimate, table
+from estimator.evaluation.api import estimate, speculative_speedup_grid
+from estimator.formatting import table
+from estimator.planning import disaggregation as disagg
+from estimator.reporting import catalog
+from estimator.reporting.estimate_text import format_disaggregation, format_estimate
+from estimator.reporting.explain import explain
+from estimator.specs.database import load_database
+from estimator.validation import predict
 
 
 def _add_db(p: argparse.ArgumentParser) -> None:
@@ -81,7 +84,7 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
 
 
 def _estimate_kwargs(args: argparse.Namespace) -> dict:
-    """The flags as keyword arguments of :func:`estimator.api.estimate`."""
+    """The flags as keyword arguments of :func:`estimator.evaluation.api.estimate`."""
     return dict(
         model=args.model, gpu=args.gpu, n_gpus=args.gpus, tp=args.tp, pp=args.pp, ep=args.ep,
         devices_per_node=args.devices_per_node, network_gbps=args.network_gbps,
@@ -208,7 +211,7 @@ def run(args: argparse.Namespace) -> str:
     if args.command == "explain":
         return explain(_estimate_kwargs(args), db=db, as_json=args.json)
     if args.command == "report":
-        from estimator.procurement import write_report
+        from estimator.reporting.procurement import write_report
         return write_report(args.plan_file, args.out, args.format, force=args.force, db=db)
     if args.command == "plan":
         return _plan(args, db)
@@ -230,7 +233,7 @@ def run(args: argparse.Namespace) -> str:
 
 
 def _calibrate(args: argparse.Namespace, db) -> str:
-    from estimator.calibration import default_profile_path, load_profile, save_profile
+    from estimator.efficiency.calibration_profile import default_profile_path, load_profile, save_profile
     try:
         from calibrate.run import calibrate, stderr_progress, tiny_plan
         from calibrate.summary import compare, format_profile
@@ -250,7 +253,7 @@ def plan_from_args(args: argparse.Namespace):
     """A PlanSpec from a plan file, or from the flags (the same keys)."""
     from pydantic import ValidationError
 
-    from estimator.plan import PlanSpec, load_plan
+    from estimator.planning.spec import PlanSpec, load_plan
     if args.plan_file:
         return load_plan(args.plan_file)
     if not args.model:
@@ -284,8 +287,8 @@ def _price_overrides(items: list[str], on_prem: bool) -> dict:
 
 
 def _plan(args: argparse.Namespace, db) -> str:
-    from estimator.plan_report import format_plan
-    from estimator.planner import plan
+    from estimator.planning.search import plan
+    from estimator.reporting.plan_text import format_plan
     result = plan(plan_from_args(args), db=db)
     if args.json:
         return json.dumps(result.to_dict(), indent=2, default=lambda x: None)
@@ -294,9 +297,9 @@ def _plan(args: argparse.Namespace, db) -> str:
 
 def _validate(args: argparse.Namespace, db) -> str:
     if args.local:
-        from estimator.local_validation import validate_local
+        from estimator.validation.local import validate_local
         return validate_local(args.device, args.model, quick=args.quick, db=db, as_json=args.json)
-    from estimator import validate as val
+    from estimator.validation import published as val
     try:
         result = val.run(db=db)
     except ImportError as exc:
@@ -332,7 +335,7 @@ def _save_figure(path: str, flag: str, force: bool, size: tuple[float, float], d
 
 
 def _save_validation_plot(result, args) -> str:
-    from estimator.plots import plot_predicted_vs_measured
+    from estimator.reporting.plots import plot_predicted_vs_measured
     return _save_figure(args.plot, "--plot", args.force, (7, 6), lambda ax: plot_predicted_vs_measured(
         ax, result.problem.measured, result.predicted, result.labels()["engine"],
         title="roofline predict vs published measurements (leave one source out)"))
@@ -359,7 +362,7 @@ def _speculation(args: argparse.Namespace, db) -> str:
 
 
 def _save_speculation_plot(args: argparse.Namespace, grid, draft: str) -> str:
-    from estimator.plots import plot_speculative_speedup
+    from estimator.reporting.plots import plot_speculative_speedup
     return _save_figure(args.out, "--out", args.force, (7, 4.5), lambda ax: plot_speculative_speedup(
         ax, SPECULATION_ALPHAS, SPECULATION_GAMMAS, grid,
         title=f"{args.model} on {args.gpu}, batch {args.batch}, draft: {draft}"))

@@ -10,7 +10,7 @@ import pytest
 os.environ.pop("ROOFLINE_DB_PATH", None)
 os.environ["ROOFLINE_CALIBRATION_DIR"] = tempfile.mkdtemp(prefix="roofline-test-calibrations-")
 
-from estimator.db import load_database  # noqa: E402  (after the environment is set)
+from estimator.specs.database import load_database  # noqa: E402  (after the environment is set)
 
 
 @pytest.fixture(scope="session")
@@ -21,5 +21,5 @@ def db():
 @pytest.fixture(scope="session")
 def published_validation(db):
     """`roofline validate --published` (fit and leave-one-source-out), computed once for the whole suite."""
-    from estimator.validate import run
+    from estimator.validation.published import run
     return run(db=db)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
-from estimator.efficiency import EngineDefaults
-from estimator.evaluate import evaluate
-from estimator.formats import kv_format, weight_format
+from estimator.efficiency.defaults import EngineDefaults
+from estimator.evaluation.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
+from estimator.evaluation.compute import compute_results
+from estimator.specs.formats import kv_format, weight_format
 
 IDEAL_ENGINE = EngineDefaults(
     bandwidth_eff={"native": 1.0, "weight_only": 1.0, "gguf": 1.0, "fp4": 1.0}, kv_bandwidth_eff=1.0,
@@ -30,11 +30,11 @@ def run(spec, hw, fmt="f16", kv="f16", B=1, T=512, O=256, n_gpus=1, ideal=True, 
     peaks, _ = compute_peak_table([f], [hw])
     kwargs = {"engine": IDEAL_ENGINE} if ideal else {}
     layout = {"tp": tp or n_gpus, "pp": pp, "ep": ep, "dp": dp}
-    out = evaluate(m_cols, hw_cols, f_cols, kv_columns([kv_format(kv)]), peaks[0], B, T, O, layout,
+    out = compute_results(m_cols, hw_cols, f_cols, kv_columns([kv_format(kv)]), peaks[0], B, T, O, layout,
                    serving={"fused_attention": fused, **(serving or {})}, **kwargs)
     return {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
 
 
 def _generic():
-    from estimator.efficiency import GENERIC_ENGINE
+    from estimator.efficiency.defaults import GENERIC_ENGINE
     return GENERIC_ENGINE

@@ -11,10 +11,10 @@ torch = pytest.importorskip("torch", reason="calibration needs the calibrate ext
 from calibrate import benchmarks as bm  # noqa: E402
 from calibrate.run import calibrate, tiny_plan  # noqa: E402
 from calibrate.summary import format_profile  # noqa: E402
-from estimator.api import estimate  # noqa: E402
-from estimator.calibration import CalibrationProfile, load_profile, save_profile  # noqa: E402
 from estimator.cli import main  # noqa: E402
+from estimator.efficiency.calibration_profile import CalibrationProfile, load_profile, save_profile  # noqa: E402
 from estimator.errors import ConfigurationError, DatabaseError  # noqa: E402
+from estimator.evaluation.api import estimate  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_estimate_for_the_local_machine_uses_measured_rates(profile):
                  output_tokens=16)
     assert e.hardware.name.endswith("(calibrated)") and e.efficiency_source.startswith("calibrated")
     # decode of a 0.5B f32 model is memory-bound: bytes / (measured bandwidth x engine efficiency)
-    from estimator.efficiency import GENERIC_ENGINE
+    from estimator.efficiency.defaults import GENERIC_ENGINE
     streaming = e.decode_bytes_weights / (profile.summary.read_bandwidth_bytes_per_s
                                           * GENERIC_ENGINE.bandwidth_eff["native"])
     assert e.decode_linear_s == pytest.approx(streaming, rel=0.05)

@@ -109,7 +109,8 @@ def test_estimate_from_a_local_config_json(capsys, tmp_path):
 
 def test_user_database_folder(capsys, tmp_path):
     import yaml
-    from estimator.db import load_database
+
+    from estimator.specs.database import load_database
     entry = load_database().hardware.get("rtx 4090").model_dump(mode="json")
     entry.update(name="My Lab Card", aliases=["labcard"])
     (tmp_path / "lab.yaml").write_text(yaml.safe_dump(entry))

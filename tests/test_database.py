@@ -7,10 +7,10 @@ from importlib import resources
 import pytest
 import yaml
 
-from estimator.db import load_database, normalize, parse_entry
 from estimator.errors import DatabaseError, UnknownNameError
-from estimator.hardware import DeviceClass, Hardware
-from estimator.model import ModelSpec
+from estimator.specs.database import load_database, normalize, parse_entry
+from estimator.specs.hardware import DeviceClass, Hardware
+from estimator.specs.model import ModelSpec
 from estimator.units import GiB
 
 DB = load_database()

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from estimator.api import estimate
 from estimator.cli import main
-from estimator.disagg import aggregated, disaggregated, fewest_devices
 from estimator.errors import ConfigurationError
+from estimator.evaluation.api import estimate
+from estimator.planning.disaggregation import aggregated, disaggregated, fewest_devices
 
 COMMON = dict(weight_format="fp8", prompt_tokens=2048, output_tokens=256)
 

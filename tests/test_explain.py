@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from estimator.api import estimate
 from estimator.cli import main
-from estimator.explain import explain
+from estimator.evaluation.api import estimate
+from estimator.reporting.explain import explain
 
 
 def test_changes_are_re_estimated_not_rules_of_thumb(db):

@@ -1,14 +1,14 @@
-"""Each formula against a hand-worked example (FORMULAS.md), and two derivations that agree."""
+"""Each formula against a hand-worked example (docs/formulas.md), and two derivations that agree."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from estimator.columns import model_columns
-from estimator.flops import prefill_flops
-from estimator.span import causal_pairs, mean_span
-from estimator.traffic import expected_experts, kv_bytes_per_token_layer
+from estimator.evaluation.columns import model_columns
+from estimator.physics.flops import prefill_flops
+from estimator.physics.span import causal_pairs, mean_span
+from estimator.physics.traffic import expected_experts, kv_bytes_per_token_layer
 from tests.helpers import run
 
 GB = 1e9
@@ -39,7 +39,7 @@ def test_memory_bound_decode_is_bytes_over_bandwidth(db, rtx4090):
 
 
 @pytest.mark.parametrize("model, expected_bytes", [
-    ("llama-3-70b", 327_680),        # 2 x 80 x 8 x 128 x 2 (FORMULAS.md §2)
+    ("llama-3-70b", 327_680),        # 2 x 80 x 8 x 128 x 2 (docs/formulas.md §2)
     ("llama-3-8b", 131_072),         # 128 KiB
     ("deepseek-ai/DeepSeek-V3", 70_272),   # MLA: 61 x (512 + 64) x 2, no factor 2
 ])
@@ -136,7 +136,7 @@ def test_tensor_parallel_splits_weights_and_replicates_mla_latent(db):
 
 
 def test_fp8_on_a100_runs_16_bit_math(db):
-    from estimator.api import estimate
+    from estimator.evaluation.api import estimate
     assert estimate("llama-3.1-8b", "a100", weight_format="fp8").compute_dtype == "bf16"
     assert estimate("llama-3.1-8b", "h100", weight_format="fp8").compute_dtype == "fp8"
 
@@ -150,7 +150,7 @@ def test_quantized_weights_reduce_bytes_by_their_bits(db, rtx4090):
 
 
 def test_llama_cpp_q4_0_file_size(db):
-    """llama.cpp reported Llama-3-8B Q4_0 as 4.33 GiB (FORMULAS.md §1, llama.cpp #9881)."""
+    """llama.cpp reported Llama-3-8B Q4_0 as 4.33 GiB (docs/formulas.md §1, llama.cpp #9881)."""
     r = run(db.models.get("llama-3-8b"), db.hardware.get("RTX 4090"), fmt="Q4_0")
     assert r["memory_weights_bytes"] / 2**30 == pytest.approx(4.33, rel=0.03)
 
@@ -184,7 +184,7 @@ class TestParallelLayouts:
         assert two["max_batch"] == 2 * one["max_batch"]
 
     def test_tensor_parallel_adds_two_allreduces_per_layer(self, db):
-        from estimator.columns import hardware_columns
+        from estimator.evaluation.columns import hardware_columns
         spec, hw = db.models.get("llama-2-7b"), db.hardware.get("a100")
         link = float(hardware_columns([hw])["link_bytes_per_s"][0])
         latency = 20e-6
@@ -207,7 +207,7 @@ class TestKVCacheAllocation:
     def test_max_concurrency_by_hand(self, db):
         # Llama-3.1-8B bf16 on an H100 (80 GiB), 8192-token context, paged 16-token blocks:
         # room = 80 GiB - 1 GiB reserve - weights - prefill workspace; KV = 128 KiB x 8192 per sequence
-        from estimator.api import estimate
+        from estimator.evaluation.api import estimate
         e = estimate("llama-3.1-8b", "h100", prompt_tokens=4096, output_tokens=4096)
         room = 80 * 2**30 - 2**30 - e.memory_weights_bytes - e.memory_activation_bytes
         assert e.max_concurrency == int(room // (131072 * 8192))
@@ -243,13 +243,13 @@ class TestOffload:
     """Weights in host memory: streamed over the host link, or layers run by the host CPU (estimator/offload.py)."""
 
     def test_without_offload_a_model_that_does_not_fit_is_reported(self, db):
-        from estimator.api import estimate
+        from estimator.evaluation.api import estimate
         e = estimate("mixtral-8x7b", "rtx 4090", weight_format="Q4_K_M")
         assert not e.fits and e.offloaded_bytes == 0
 
     def test_streaming_moves_the_overflow_over_pcie_every_step(self, db):
-        from estimator.api import estimate
-        from estimator.offload import HOST_LINK_EFFICIENCY
+        from estimator.evaluation.api import estimate
+        from estimator.physics.offload import HOST_LINK_EFFICIENCY
         e = estimate("mixtral-8x7b", "rtx 4090", weight_format="Q4_K_M", offload="auto")
         stored = e.memory_weights_bytes + e.offloaded_bytes
         assert e.fits and e.memory_required_bytes == pytest.approx(e.memory_available_bytes)
@@ -260,7 +260,7 @@ class TestOffload:
         assert e.decode_bound == "offload" and e.offload_slowdown > 2
 
     def test_partial_offload_blends_device_and_host_time(self, db):
-        from estimator.api import estimate
+        from estimator.evaluation.api import estimate
         gpu_only = estimate("llama-3.1-8b", "rtx 4090", weight_format="Q4_K_M", output_tokens=64)
         half = estimate("llama-3.1-8b", "rtx 4090", weight_format="Q4_K_M", output_tokens=64, gpu_layers=16)
         cpu = estimate("llama-3.1-8b", "AMD Ryzen 9 7950X", weight_format="Q4_K_M", output_tokens=64)
@@ -270,7 +270,7 @@ class TestOffload:
         assert half.memory_weights_bytes == pytest.approx(gpu_only.memory_weights_bytes / 2)
 
     def test_nvlink_c2c_offload_beats_pcie(self, db):
-        from estimator.api import estimate
+        from estimator.evaluation.api import estimate
         gh200 = estimate("llama-3.1-70b", "gh200", weight_format="bf16", offload="auto")
         h100 = estimate("llama-3.1-70b", "H100 PCIe", weight_format="bf16", offload="auto")
         assert gh200.decode_offload_s < h100.decode_offload_s / 5
@@ -312,7 +312,7 @@ class TestLongContext:
 
 
 def test_tensor_parallel_across_nodes_uses_the_network(db):
-    from estimator.api import estimate
+    from estimator.evaluation.api import estimate
     kwargs = dict(weight_format="fp8", batch=256, prompt_tokens=1024, output_tokens=64)
     within = estimate("llama-3.1-405b", "h100", n_gpus=16, tp=16, devices_per_node=16, **kwargs)
     across = estimate("llama-3.1-405b", "h100", n_gpus=16, tp=16, **kwargs)
@@ -326,7 +326,7 @@ def test_moe_batch_scaling_matches_vllm_measurement(db):
     2.419 s at batch 1 / 8 / 64 -- strongly sub-linear because few extra experts are read per token.
     The engine of January 2024 was ~3x slower than this roofline in absolute terms, so the test
     compares the growth with batch, within 35%."""
-    from estimator.api import estimate
+    from estimator.evaluation.api import estimate
     e2e = [estimate("mixtral-8x7b", "h100", n_gpus=8, batch=b, prompt_tokens=1000, output_tokens=50).e2e_latency_s
            for b in (1, 8, 64)]
     assert e2e[1] / e2e[0] == pytest.approx(0.813 / 0.459, rel=0.35)

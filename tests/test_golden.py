@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator.predict import predict_rows
+from estimator.validation.predict import predict_rows
 
 ROWS = list(csv.DictReader((Path(__file__).parent / "fixtures" / "golden_decode.csv").open()))
 # source -> (largest |error| of any row, largest median |error|)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from estimator.errors import DatabaseError
-from estimator.hf_config import load_config_json, spec_from_config
+from estimator.specs.config_json import load_config_json, spec_from_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 PAIRS = {  # fixture -> database entry

@@ -2,7 +2,8 @@
 
 import pytest
 
-from estimator.params import attention_params_per_layer, count_params
+from estimator.physics.params import attention_params_per_layer, count_params
+from estimator.specs.database import load_database
 
 
 def test_llama_2_7b_by_hand(db):
@@ -46,7 +47,7 @@ def test_every_model_has_a_published_count(db):
     assert len(_published(db)) == len(db.models)
 
 
-@pytest.mark.parametrize("name", [m.name for m in __import__("estimator.db").db.load_database().models])
+@pytest.mark.parametrize("name", [m.name for m in load_database().models])
 def test_counts_match_published_within_two_percent(db, name):
     spec = db.models.get(name)
     counts, published = count_params(spec), spec.published_params

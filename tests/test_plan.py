@@ -10,8 +10,8 @@ import yaml
 
 from estimator.cli import main
 from estimator.errors import ConfigurationError
-from estimator.plan import DevicePrice, PlanSpec, Prices, load_plan
-from estimator.planner import plan
+from estimator.planning.search import plan
+from estimator.planning.spec import DevicePrice, PlanSpec, Prices, load_plan
 
 CLOUD = {"NVIDIA H100 SXM": DevicePrice(cloud_usd_per_hour=3.0), "NVIDIA GeForce RTX 4090": DevicePrice(
     cloud_usd_per_hour=0.7), "NVIDIA L40S": DevicePrice(cloud_usd_per_hour=1.3),
@@ -106,7 +106,7 @@ def test_cli_plan_from_flags(capsys):
 
 
 def test_report_is_self_contained_html_with_every_section(tmp_path):
-    from estimator.procurement import write_report
+    from estimator.reporting.procurement import write_report
     out = tmp_path / "report.html"
     write_report(str(_plan_file(tmp_path)), str(out))
     html = out.read_text()
@@ -120,7 +120,7 @@ def test_report_is_self_contained_html_with_every_section(tmp_path):
 
 
 def test_report_markdown(tmp_path):
-    from estimator.procurement import write_report
+    from estimator.reporting.procurement import write_report
     out = tmp_path / "report.md"
     write_report(str(_plan_file(tmp_path)), str(out), fmt="md")
     text = out.read_text()

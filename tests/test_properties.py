@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from estimator.api import estimate, sweep
-from estimator.db import load_database
-from estimator.formats import WEIGHT_FORMATS, weight_format
+from estimator.evaluation.api import estimate, sweep
+from estimator.specs.database import load_database
+from estimator.specs.formats import WEIGHT_FORMATS, weight_format
 from tests.helpers import run
 
 DB = load_database()
@@ -61,7 +61,7 @@ def test_more_bandwidth_is_never_slower(c, factor):
 @given(configs, st.floats(1.01, 4.0))
 def test_more_parameters_are_never_faster(c, factor):
     spec = DB.models.get(c["model"])
-    from estimator.columns import model_columns
+    from estimator.evaluation.columns import model_columns
     dense = float(model_columns([spec])["params_dense_linear"][0])
     base = _run(c)
     bigger = _run(c, params_dense_linear=dense * factor)
@@ -139,7 +139,7 @@ def test_sweep_converts_to_pandas():
 @SETTINGS
 @given(configs)
 def test_offload_is_never_faster_than_fitting(c):
-    from estimator.offload import STREAM
+    from estimator.physics.offload import STREAM
     base = _run(c)
     streamed = _run(c, serving={"offload": STREAM})
     assert streamed["itl_s"] >= base["itl_s"] * (1 - 1e-12)

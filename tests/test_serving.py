@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from estimator.api import estimate
-from estimator.serving import _ttft, steady_state
+from estimator.evaluation.api import estimate
+from estimator.serving.continuous_batching import _ttft, steady_state
 
 COMMON = dict(prompt_tokens=1024, output_tokens=256)
 
@@ -64,8 +64,8 @@ def test_chunked_ttft_counts_whole_chunks():
 
 @pytest.mark.parametrize("load", [{"concurrency": 32}, {"rate": 2.0}, {"rate": 2.0, "chunked_prefill": 2048}])
 def test_a_sweep_under_load_is_finite_wherever_it_can_run(load):
-    from estimator.api import sweep
-    from estimator.workload import ServingOptions
+    from estimator.evaluation.api import sweep
+    from estimator.serving.workload import ServingOptions
     t = sweep(["llama-3.1-8b", "mixtral-8x7b", "deepseek-ai/DeepSeek-V3", "openai/gpt-oss-120b"],
               ["h100", "rtx 4090", "m2 ultra", "mi300x"], ["fp8", "Q4_K_M"], ["f16"], [1], [2048], [256], [1, 8],
               serving=ServingOptions(**load))

@@ -99,7 +99,7 @@ def _run(args: list[str]) -> dict:
 
 
 def _headline(validation) -> dict:
-    from estimator.validate import headline
+    from estimator.validation.published import headline
     return headline(validation)
 
 

@@ -9,8 +9,8 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 
-from estimator.api import estimate, speculative_speedup_grid
-from estimator.speculative import expected_tokens, leviathan_speedup
+from estimator.evaluation.api import estimate, speculative_speedup_grid
+from estimator.physics.speculative import expected_tokens, leviathan_speedup
 
 
 @pytest.mark.parametrize("alpha, gamma, tokens", [(0.0, 4, 1.0), (1.0, 4, 5.0), (0.5, 1, 1.5), (0.8, 2, 2.44)])
@@ -19,7 +19,7 @@ def test_expected_tokens(alpha, gamma, tokens):
 
 
 def test_paper_example_table():
-    # Leviathan et al. (FORMULAS.md §10): c = 0.05, α = 0.8 -> 1.71, 2.22, 2.57, 2.80, 2.95 for γ = 1..5
+    # Leviathan et al. (docs/formulas.md §10): c = 0.05, α = 0.8 -> 1.71, 2.22, 2.57, 2.80, 2.95 for γ = 1..5
     got = [leviathan_speedup(0.8, g, 0.05) for g in range(1, 6)]
     assert got == pytest.approx([1.71, 2.22, 2.57, 2.80, 2.95], abs=0.01)
 
@@ -57,7 +57,8 @@ def test_draft_model_memory_is_counted(db):
 
 def test_speedup_grid_and_plot():
     import matplotlib.pyplot as plt
-    from estimator.plots import plot_speculative_speedup
+
+    from estimator.reporting.plots import plot_speculative_speedup
     alphas, gammas = np.linspace(0, 0.95, 6), [1, 2, 4, 8]
     grid = speculative_speedup_grid("llama-3.1-70b", "h100", alphas, gammas, n_gpus=2, draft_cost=0.05)
     assert grid.shape == (4, 6)

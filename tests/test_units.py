@@ -1,7 +1,7 @@
 import pytest
 
 from estimator import units
-from estimator.sourced import Quantity
+from estimator.specs.sourced import Quantity
 
 
 def test_decimal_and_binary_prefixes_are_distinct():

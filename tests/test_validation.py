@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from estimator.api import estimate
-from estimator.dataset import load_dataset
-from estimator.engines import load_intervals
-from estimator.fitting import build_problem, cross_validate, fit_engine, theta_of
-from estimator.validate import calibrated_widening, coverage, format_validation, headline
+from estimator.efficiency.engine_profiles import load_intervals
+from estimator.evaluation.api import estimate
+from estimator.validation.cross_validation import cross_validate
+from estimator.validation.dataset import load_dataset
+from estimator.validation.fitting import build_problem, fit_engine, theta_of
+from estimator.validation.published import calibrated_widening, coverage, format_validation, headline
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def test_dataset_meets_its_coverage_targets(dataset, problem):
 
 
 def test_every_row_has_a_url_and_a_known_metric(dataset):
-    from estimator.predict import METRICS
+    from estimator.validation.predict import METRICS
     for row in dataset.rows:
         assert row["url"].startswith("http") and row["metric"] in METRICS and row["source"], row["id"]
 
@@ -97,7 +98,8 @@ def test_estimates_carry_intervals():
 def test_local_validation_runs_on_this_cpu(tmp_path, monkeypatch):
     pytest.importorskip("torch", reason="needs the calibrate extra")
     import json
-    from estimator.local_validation import validate_local
+
+    from estimator.validation.local import validate_local
     monkeypatch.setenv("ROOFLINE_CALIBRATION_DIR", str(tmp_path))    # forces a (smoke) calibration first
     data = json.loads(validate_local("cpu", ["Qwen/Qwen2.5-0.5B"], quick=True, as_json=True))
     assert len(data["runs"]) == 2
@@ -111,7 +113,8 @@ def test_local_validation_runs_on_this_cpu(tmp_path, monkeypatch):
 def test_local_validation_rejects_moe(db):
     pytest.importorskip("torch", reason="needs the calibrate extra")
     import torch
+
     from estimator.errors import ConfigurationError
-    from estimator.local_validation import build_decoder
+    from estimator.validation.local import build_decoder
     with pytest.raises(ConfigurationError, match="dense GQA"):
         build_decoder(torch, db.models.get("mixtral-8x7b"), "cpu", torch.float32)

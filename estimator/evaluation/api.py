@@ -1,0 +1,384 @@
+"""The public Python API: :func:`estimate` one configuration, :func:`sweep` many.
+
+Both resolve names at the edge, turn specs into columns, and call the same
+vectorized :func:`estimator.evaluation.compute.compute_results`; an estimate is a sweep of one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from pydantic import ValidationError
+
+from estimator.efficiency.calibration_profile import (
+    CalibrationProfile,
+    device_efficiencies,
+    find_profile,
+    hardware_from_profile,
+    load_profile,
+    profile_dir,
+)
+from estimator.efficiency.engine_profiles import EngineProfile
+from estimator.efficiency.engine_profiles import engine as engine_profile
+from estimator.errors import ConfigurationError, describe_validation_error
+from estimator.evaluation.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
+from estimator.evaluation.compute import compute_results
+from estimator.evaluation.fixed_batch import effective_rates
+from estimator.evaluation.intervals import interval_columns
+from estimator.evaluation.results import AXES, ResultTable
+from estimator.serving.workload import DEFAULT_HOST_CPU, Layout, ServingOptions, as_layout, check_layout, check_workload
+from estimator.specs.config_json import load_config_json
+from estimator.specs.database import Database, load_database
+from estimator.specs.formats import KVFormat, WeightFormat, kv_format, weight_format
+from estimator.specs.hardware import Hardware
+from estimator.specs.model import ModelSpec
+
+# Under a load (concurrency or rate) a sweep also returns the steady state; a saturated row has no latencies.
+LOAD_COLUMNS = ("steady_batch", "request_rate", "saturated", "max_rate", "ttft_prefill_s")
+# The columns a sweep returns unless ``detail=True`` asks for the ledgers too.
+MAIN_COLUMNS = (
+    "ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total", "e2e_latency_s",
+    "tpot_inclusive_s", "throughput_out_tps", "prefill_bound", "decode_bound",
+    "memory_required_bytes", "memory_available_bytes", "fits", "max_batch",
+)
+
+
+# The compute efficiency a profile lends to every dtype: its widest measured GEMM, since a profile
+# need not cover every format's dtype.
+CALIBRATED_DTYPES = ("bf16", "fp16", "fp32")
+
+
+def resolve_model(model: str | ModelSpec, db: Database) -> ModelSpec:
+    """A spec, a database name/alias/HF id, or a path to a local config.json (or its folder)."""
+    if isinstance(model, ModelSpec):
+        return model
+    path = Path(model)
+    if model.endswith(".json") or (path.is_dir() and (path / "config.json").exists()):
+        return load_config_json(path)
+    return db.models.get(model)
+
+
+def resolve_hardware(gpu: str | Hardware, db: Database) -> Hardware:
+    return gpu if isinstance(gpu, Hardware) else db.hardware.get(gpu)
+
+
+def resolve_engine(value: str | EngineProfile) -> EngineProfile:
+    return value if isinstance(value, EngineProfile) else engine_profile(value)
+
+
+def resolve_weight_format(fmt: str | WeightFormat) -> WeightFormat:
+    return fmt if isinstance(fmt, WeightFormat) else weight_format(fmt)
+
+
+def resolve_kv_format(fmt: str | KVFormat) -> KVFormat:
+    return fmt if isinstance(fmt, KVFormat) else kv_format(fmt)
+
+
+def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
+          weight_formats: Sequence[str | WeightFormat] = ("bf16",), kv_formats: Sequence[str | KVFormat] = ("f16",),
+          batches: Sequence[int] = (1,), prompt_tokens: Sequence[int] = (512,), output_tokens: Sequence[int] = (256,),
+          layouts: Sequence[int | Layout] = (1,), *, serving: ServingOptions | None = None, detail: bool = False,
+          calibrations: dict[str, CalibrationProfile] | None = None, engine: str | EngineProfile = "generic",
+          db: Database | None = None) -> ResultTable:
+    """Estimate every combination of the given lists (their cartesian product).
+
+    Parameters
+    ----------
+    models, gpus : sequence of names or specs
+        Names resolve like the CLI's (HF id, alias, NVML name; a model may be a config.json path).
+    weight_formats, kv_formats : sequence of names or formats
+    batches, prompt_tokens, output_tokens : sequence of int
+        Concurrent sequences (over all replicas), prompt length, generated tokens.
+    layouts : sequence of int or Layout
+        Device layouts; an int N means tensor parallelism over N devices.
+    serving : ServingOptions
+        KV allocation (paged/contiguous, block size), cached prefix, fused or unfused attention.
+    calibrations : dict
+        Calibration profiles by hardware name: their measured device efficiencies replace the defaults.
+    engine : str or EngineProfile
+        Serving engine whose fitted efficiencies and overheads apply (``engines_db/``).
+    detail : bool
+        Also return the FLOP and byte ledgers and the time split per phase.
+
+    Returns
+    -------
+    ResultTable
+        Rows in C order over (model, hardware, weight_format, kv_format, layout, batch,
+        prompt_tokens, output_tokens); convert with ``.to_pandas()``.
+
+    Examples
+    --------
+    How many tokens/s does one sequence get from Llama-2-7B in f16, on an H100 vs with 4-bit AWQ?
+
+    >>> table = sweep(["llama-2-7b"], ["h100"], weight_formats=["f16", "int4-awq"], output_tokens=[128])
+    >>> [round(v) for v in table.columns["decode_tps_per_seq"]]
+    [165, 389]
+    """
+    db = db or load_database()
+    model_specs = [resolve_model(m, db) for m in models]
+    devices = [resolve_hardware(g, db) for g in gpus]
+    fmts = [resolve_weight_format(f) for f in weight_formats]
+    kvs = [resolve_kv_format(k) for k in kv_formats]
+    layout_specs = [as_layout(v) for v in layouts]
+    serving = serving or ServingOptions()
+    check_workload(batches, prompt_tokens, output_tokens)
+    serving.check(prompt_tokens, model_specs, layout_specs)
+    for spec in model_specs:
+        for layout in layout_specs:
+            check_layout(spec, layout)
+    sizes = (len(model_specs), len(devices), len(fmts), len(kvs), len(layout_specs), len(batches),
+             len(prompt_tokens), len(output_tokens))
+
+    def on_axis(columns: dict, axis: int) -> dict:
+        shape = [1] * len(sizes)
+        shape[axis] = sizes[axis]
+        return {k: v.reshape(shape) for k, v in columns.items()}
+
+    def values_on_axis(values, axis: int) -> np.ndarray:
+        return on_axis({"v": np.asarray(values, dtype=float)}, axis)["v"]
+
+    parameters = resolve_engine(engine).parameters
+    peaks, dtypes = compute_peak_table(fmts, devices)
+    f_columns = on_axis(format_columns(fmts, parameters), 2)
+    host = None
+    if serving.gpu_layers is not None:
+        cpu = resolve_hardware(serving.host_cpu, db)
+        host_peaks, _ = compute_peak_table(fmts, [cpu])
+        host = effective_rates(hardware_columns([cpu]), f_columns, values_on_axis(host_peaks[:, 0], 2), parameters)
+    draft = None if serving.draft_model is None else model_columns([resolve_model(serving.draft_model, db)])
+    hw_columns = hardware_columns(devices)
+    for i, device in enumerate(devices):
+        profile = (calibrations or {}).get(device.name)
+        if profile is not None:
+            bandwidth_eff, compute_eff, _ = device_efficiencies(profile, device, CALIBRATED_DTYPES)
+            hw_columns["device_bandwidth_eff"][i] = bandwidth_eff
+            if compute_eff is not None:
+                hw_columns["device_compute_eff"][i] = compute_eff
+    results = compute_results(
+        m=on_axis(model_columns(model_specs), 0), hw=on_axis(hw_columns, 1),
+        f=f_columns, kv=on_axis(kv_columns(kvs), 3), host=host, draft=draft,
+        peak_linear_flops_per_s=peaks.T.reshape(1, sizes[1], sizes[2], 1, 1, 1, 1, 1),
+        layout={k: values_on_axis([x.columns()[k] for x in layout_specs], 4) for k in layout_specs[0].columns()},
+        B=values_on_axis(batches, 5), T=values_on_axis(prompt_tokens, 6),
+        O=values_on_axis(output_tokens, 7), serving=serving.columns(), engine=parameters)
+    main = MAIN_COLUMNS + (LOAD_COLUMNS if serving.under_load else ())
+    keep = results if detail else {k: results[k] for k in main}
+    columns = {k: np.broadcast_to(v, sizes).ravel() for k, v in keep.items()}
+    grids = np.unravel_index(np.arange(int(np.prod(sizes))), sizes)
+    labels = {
+        "model": [m.name for m in model_specs], "hardware": [d.name for d in devices],
+        "weight_format": [f.name for f in fmts], "kv_format": [k.name for k in kvs],
+        "layout": [x.label for x in layout_specs], "batch": list(batches), "prompt_tokens": list(prompt_tokens),
+        "output_tokens": list(output_tokens),
+    }
+    return ResultTable(columns=columns, index=dict(zip(AXES, grids)), labels=labels, compute_dtypes=dtypes)
+
+
+def resolve_calibrated_hardware(gpu: str | Hardware, calibration, db: Database):
+    """The device, and the calibration profile to apply to it (or None).
+
+    ``gpu="local"`` is the device of the given profile, or of the newest one in the
+    calibration folder; a device the database does not know is built from its profile.
+    ``calibration`` is a profile, a path, ``"auto"`` (the newest profile of this device
+    in the calibration folder, if any) or None.
+    """
+    if isinstance(calibration, (str, Path)) and str(calibration) not in ("auto", "none"):
+        calibration = load_profile(calibration)
+    if isinstance(gpu, str) and gpu.strip().lower() == "local":
+        profile = calibration if isinstance(calibration, CalibrationProfile) else find_profile()
+        if profile is None:
+            raise ConfigurationError(f"--gpu local needs a calibration profile: run `roofline calibrate` first "
+                                     f"(profiles are kept in {profile_dir()}) or pass --calibration FILE")
+        matched = profile.device.matched_hardware
+        return (db.hardware.get(matched) if matched else hardware_from_profile(profile)), profile
+    device = resolve_hardware(gpu, db)
+    if calibration == "auto":
+        return device, find_profile(device.name, *device.aliases)
+    return device, calibration if isinstance(calibration, CalibrationProfile) else None
+
+
+def _not_finite(value) -> bool:
+    """JSON has no inf or NaN: such values are written as null."""
+    return isinstance(value, float) and not np.isfinite(value)
+
+
+def _serving(**options) -> ServingOptions:
+    try:
+        return ServingOptions(**options)
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid serving options: {describe_validation_error(exc)}") from None
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One row of a configuration list, already resolved to specs."""
+
+    model: ModelSpec
+    hardware: Hardware
+    weight_format: WeightFormat
+    kv_format: KVFormat
+    layout: Layout
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Estimate(Configuration):
+    """One configuration's results with the inputs that produced them.
+
+    ``results`` holds every column of a detailed sweep row (base units: seconds,
+    bytes, FLOPs). Speeds are physics-only when ``fits`` is False: the CLI and
+    :meth:`to_dict` withhold them then.
+    """
+
+    serving: ServingOptions
+    engine: str
+    compute_dtype: str
+    efficiency_source: str
+    results: dict
+    warnings: tuple[str, ...] = ()
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["results"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def runnable(self) -> bool:
+        """Fits in memory and, under a load, reaches a steady state."""
+        return bool(self.results["fits"]) and not self.results.get("saturated", False)
+
+    def to_dict(self) -> dict:
+        """JSON-ready: inputs, then results; speeds are None when it does not fit or the load saturates it."""
+        speed_keys = {"ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total",
+                      "e2e_latency_s", "tpot_inclusive_s", "throughput_out_tps", "ttft_prefill_s"}
+        speed_keys |= {f"{k}_{end}" for k in speed_keys for end in ("low", "high")}
+        results = {k: (None if (k in speed_keys and not self.runnable) or _not_finite(v) else v)
+                   for k, v in self.results.items()}
+        return {
+            "model": self.model.name, "hf_id": self.model.hf_id, "hardware": self.hardware.name,
+            "n_gpus": self.layout.devices, **self.layout.model_dump(),
+            "engine": self.engine, "weight_format": self.weight_format.name, "kv_format": self.kv_format.name,
+            "compute_dtype": self.compute_dtype, "batch": self.batch, "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens, **self.serving.model_dump(),
+            "efficiency_source": self.efficiency_source,
+            **results, "warnings": list(self.warnings),
+        }
+
+
+def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None = None, tp: int | None = None,
+             pp: int = 1, ep: int = 1, devices_per_node: int = 8, network_gbps: float = 400.0,
+             weight_format: str = "bf16", kv_format: str = "f16", batch: int = 1,
+             prompt_tokens: int = 512, output_tokens: int = 256, kv_alloc: str = "paged", kv_block_tokens: int = 16,
+             prefix_tokens: int = 0, attention: str = "fused", offload: str = "none", gpu_layers: int | None = None,
+             host_cpu: str = DEFAULT_HOST_CPU, draft_model: str | None = None, draft_tokens: int = 0,
+             acceptance: float = 0.7, draft_cost: float = 0.0, concurrency: int = 0, rate: float = 0.0,
+             chunked_prefill: int = 0, calibration: str | CalibrationProfile | None = "auto",
+             engine: str | EngineProfile = "generic", db: Database | None = None) -> Estimate:
+    """Estimate TTFT, decode speed and memory fit for one configuration.
+
+    Parameters are as in :func:`sweep`, one value each; the layout is given by
+    ``n_gpus`` (all of them tensor-parallel unless ``tp``/``pp`` say otherwise;
+    what tp × pp leaves over becomes data-parallel replicas) and ``ep``. The
+    estimate is a sweep of one row.
+
+    Examples
+    --------
+    Llama-2-70B in f16 needs two 80 GB cards for its 140 GB of weights:
+
+    >>> one = estimate("llama-2-70b", "h100", weight_format="f16")
+    >>> one.fits, round(one.memory_weights_bytes / 1e9)
+    (False, 138)
+    >>> two = estimate("llama-2-70b", "h100", n_gpus=2, weight_format="f16")
+    >>> two.fits, two.decode_bound
+    (True, 'memory')
+    """
+    db = db or load_database()
+    spec = resolve_model(model, db)
+    device, profile = resolve_calibrated_hardware(gpu, calibration, db)
+    profile_engine = resolve_engine(engine)
+    if tp is None and n_gpus and profile_engine.multi_gpu == "layers" and pp == 1:
+        tp, pp = 1, n_gpus   # this engine splits layers across devices: a pipeline
+    layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep, devices_per_node=devices_per_node,
+                                 network_gbps=network_gbps)
+    serving = _serving(kv_alloc=kv_alloc, kv_block_tokens=kv_block_tokens, prefix_tokens=prefix_tokens,
+                       attention=attention, offload=offload, gpu_layers=gpu_layers, host_cpu=host_cpu,
+                       draft_model=draft_model, draft_tokens=draft_tokens, acceptance=acceptance, draft_cost=draft_cost,
+                       concurrency=concurrency, rate=rate, chunked_prefill=chunked_prefill)
+    table = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
+                  [layout], serving=serving, detail=True, db=db, engine=profile_engine,
+                  calibrations=None if profile is None else {device.name: profile})
+    row = table.row(0)
+    warnings = []
+    source = "datasheet peaks x default device efficiencies (no calibration profile)"
+    source += f"; engine profile {profile_engine.name} ({'fitted' if profile_engine.fit else 'prior, not fitted'})"
+    if profile is not None:
+        source = device_efficiencies(profile, device, CALIBRATED_DTYPES)[2] + \
+            f"; engine profile {profile_engine.name}"
+        if source.startswith("BORROWED"):
+            warnings.append(source)
+    if row.get("saturated"):
+        warnings.append(f"saturated: the load exceeds what this configuration serves; about "
+                        f"{row['max_rate']:.2f} requests/s at most (whole-prompt prefill, KV-cache bound)")
+    if prompt_tokens + output_tokens > spec.shape.max_context:
+        warnings.append(f"prompt + output = {prompt_tokens + output_tokens} tokens exceeds {spec.name}'s "
+                        f"maximum context of {spec.shape.max_context}")
+    results = {k: v for k, v in row.items() if k not in AXES}
+    results.update(interval_columns(results, profile_engine.name, device.device_class.value, profile is not None))
+    return Estimate(
+        model=spec, hardware=device, weight_format=resolve_weight_format(weight_format),
+        kv_format=resolve_kv_format(kv_format), layout=layout, batch=batch, prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens, serving=serving, engine=profile_engine.name,
+        compute_dtype=row.pop("compute_dtype"),
+        efficiency_source=source,
+        results=results, warnings=tuple(warnings))
+
+
+def results_for_configurations(configs: Sequence[Configuration], serving: ServingOptions | None = None,
+                            engine: str | EngineProfile = "generic") -> dict[str, np.ndarray]:
+    """Evaluate an arbitrary list of configurations in one vectorized call (rows, not a product)."""
+    check_workload([c.batch for c in configs], [c.prompt_tokens for c in configs], [c.output_tokens for c in configs])
+
+    def gather(items, columns_of):
+        unique = list({id(x): x for x in items}.values())
+        position = {id(x): i for i, x in enumerate(unique)}
+        index = np.array([position[id(x)] for x in items])
+        return {k: v[index] for k, v in columns_of(unique).items()}, unique, index
+
+    m, _, _ = gather([c.model for c in configs], model_columns)
+    hw, devices, hw_index = gather([c.hardware for c in configs], hardware_columns)
+    parameters = resolve_engine(engine).parameters
+    f, fmts, f_index = gather([c.weight_format for c in configs], lambda u: format_columns(u, parameters))
+    kv, _, _ = gather([c.kv_format for c in configs], kv_columns)
+    peaks, _ = compute_peak_table(fmts, devices)
+    return compute_results(m=m, hw=hw, f=f, kv=kv, peak_linear_flops_per_s=peaks[f_index, hw_index],
+                    B=[c.batch for c in configs], T=[c.prompt_tokens for c in configs],
+                    O=[c.output_tokens for c in configs],
+                    layout={k: np.array([c.layout.columns()[k] for c in configs], dtype=float)
+                            for k in configs[0].layout.columns()},
+                    serving=(serving or ServingOptions()).columns(), engine=parameters)
+
+
+def speculative_speedup_grid(model: str | ModelSpec, gpu: str | Hardware, alphas: Sequence[float],
+                             gammas: Sequence[int], **options) -> np.ndarray:
+    """Speculative-decoding speed-up for each (γ, α), shape (len(gammas), len(alphas)).
+
+    ``options`` are :func:`estimate`'s (a ``draft_model`` or a ``draft_cost``, batch, format ...).
+    Plot it with :func:`estimator.reporting.plots.plot_speculative_speedup`.
+
+    Examples
+    --------
+    A 1B draft for a 70B target on two H100s, γ = 4: how much faster at α = 0.6 and 0.9?
+
+    >>> grid = speculative_speedup_grid("llama-3.1-70b", "h100", [0.6, 0.9], [4], n_gpus=2,
+    ...                                 draft_model="llama-3.2-1b")
+    >>> [round(float(v), 1) for v in grid[0]]
+    [2.0, 3.5]
+    """
+    return np.array([[estimate(model, gpu, draft_tokens=g, acceptance=a, **options).speculative_speedup
+                      for a in alphas] for g in gammas])

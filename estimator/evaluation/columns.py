@@ -1,0 +1,147 @@
+"""Specs to arrays: one column per field, one entry per model / device / format.
+
+This is the edge between the pydantic specs and the numpy core. Each
+``*_columns`` function returns a :class:`Columns` whose arrays have one entry
+per spec; :func:`estimator.evaluation.api.sweep` reshapes them onto orthogonal axes so the
+core broadcasts, and :func:`estimator.evaluation.api.evaluate_rows` gathers them by index
+for a list of arbitrary configurations.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from estimator.efficiency.defaults import CLASS_ORDER, GENERIC_ENGINE, EngineDefaults, device_defaults
+from estimator.errors import ConfigurationError
+from estimator.physics.params import count_params, mlp_matrices
+from estimator.specs.formats import KVFormat, WeightFormat
+from estimator.specs.hardware import Hardware
+from estimator.specs.model import ModelSpec
+
+Columns = dict[str, np.ndarray]
+
+# Prefill and decode attention run in 16-bit on every engine we model.
+ATTENTION_DTYPES = ("bf16", "fp16", "fp32")
+
+
+def model_columns(models: Sequence[ModelSpec]) -> Columns:
+    """Per-model parameter groups and per-token attention sizes, in elements."""
+    rows = [_model_row(m) for m in models]
+    return {key: np.array([r[key] for r in rows], dtype=float) for key in rows[0]}
+
+
+def _model_row(model: ModelSpec) -> dict[str, float]:
+    s, p = model.shape, count_params(model)
+    num_local = s.num_local_layers
+    if s.mla is None:
+        kv_per_layer = 2 * s.num_kv_heads * s.head_dim               # K and V per token
+        prefill_attn_flops = 4 * s.num_attention_heads * s.head_dim  # QK^T and AV, per (query, key) pair
+        decode_attn_flops = prefill_attn_flops
+    else:
+        m = s.mla
+        kv_per_layer = m.kv_lora_rank + m.qk_rope_head_dim           # one latent + RoPE key, no factor 2
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        prefill_attn_flops = 2 * s.num_attention_heads * (qk + m.v_head_dim)
+        # absorbed weights in decode: every head scores and mixes the (d_c + d_r)-wide latent
+        decode_attn_flops = 2 * s.num_attention_heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+    n_mat = mlp_matrices(s)
+    moe = s.moe
+    ffn_width = s.intermediate_size if moe is None else moe.experts_per_token * moe.expert_intermediate_size
+    return {
+        "hidden": s.hidden_size,
+        "layers": s.num_layers,
+        "local_layers": num_local,
+        "window": s.sliding_window or 0,
+        "heads": s.num_attention_heads,
+        "kv_heads": s.num_kv_heads,
+        "head_dim": s.head_dim,
+        "is_mla": float(s.mla is not None),
+        "vocab": s.vocab_size,
+        "max_context": s.max_context,
+        # weights always streamed: attention, dense MLPs, shared experts, routers
+        "params_dense_linear": p.attention + p.dense_mlp + p.shared_experts + p.router,
+        "params_routed_one": p.routed_expert_one,      # one expert of one MoE layer
+        "moe_layers": p.num_moe_layers,
+        "experts": p.num_experts,
+        "experts_per_token": p.experts_per_token,
+        "params_head": s.vocab_size * s.hidden_size,   # streamed even when tied to the embedding
+        "head_tied": float(s.tie_word_embeddings),
+        "params_embedding": p.embedding,
+        "params_norms": p.norms,
+        "params_total": p.total,
+        "params_active": p.active,
+        "kv_elems_per_token_layer": kv_per_layer,
+        "attn_flops_prefill_per_pair_layer": prefill_attn_flops,
+        "attn_flops_decode_per_pair_layer": decode_attn_flops,
+        "q_elems_per_token_layer": s.num_attention_heads * s.head_dim,
+        # matmul inputs and outputs each token reads and writes per layer (activation traffic)
+        "act_elems_per_token_layer": (
+            s.hidden_size + (s.num_attention_heads + 2 * s.num_kv_heads) * s.head_dim   # QKV proj in/out
+            + s.num_attention_heads * s.head_dim + s.hidden_size                        # O proj in/out
+            + s.hidden_size + (n_mat - 1) * ffn_width                                   # up/gate in/out
+            + ffn_width + s.hidden_size                                                 # down in/out
+            + 4 * s.hidden_size),                                                       # norms, residual adds
+        "ffn_width": ffn_width * (n_mat - 1),
+    }
+
+
+def hardware_columns(devices: Sequence[Hardware]) -> Columns:
+    """Per-device peaks in base units and the default device efficiencies."""
+    defaults = [device_defaults(hw) for hw in devices]
+    return {
+        "bandwidth_bytes_per_s": np.array([hw.memory_bandwidth_bytes_per_s for hw in devices]),
+        "capacity_bytes": np.array([hw.memory_capacity_bytes for hw in devices]),
+        "attention_flops_per_s": np.array([_first_peak(hw, ATTENTION_DTYPES)[1] for hw in devices]),
+        "link_bytes_per_s": np.array([link_bandwidth(hw) for hw in devices]),
+        "host_link_bytes_per_s": np.array([FALLBACK_LINK_BYTES_PER_S if hw.host_link is None
+                                           else hw.host_link.bandwidth.base for hw in devices]),
+        "device_class_code": np.array([CLASS_ORDER.index(hw.device_class.value) for hw in devices]),
+        "device_bandwidth_eff": np.array([d.bandwidth_eff for d in defaults]),
+        "device_compute_eff": np.array([d.compute_eff for d in defaults]),
+        "usable_memory_fraction": np.array([d.usable_memory_fraction for d in defaults]),
+        "runtime_reserve_bytes": np.array([d.runtime_reserve_bytes for d in defaults]),
+    }
+
+
+def format_columns(formats: Sequence[WeightFormat], engine: EngineDefaults = GENERIC_ENGINE) -> Columns:
+    return {
+        "expert_bits": np.array([f.linear_bits for f in formats]),
+        "dense_bits": np.array([16.0 if f.experts_only else f.linear_bits for f in formats]),
+        "head_bits": np.array([f.head_bits for f in formats]),
+        "embedding_bits": np.array([f.embedding_bits for f in formats]),
+        "engine_bandwidth_eff": np.array([engine.bandwidth_eff[f.dequant] for f in formats]),
+    }
+
+
+def kv_columns(kv_formats: Sequence[KVFormat]) -> Columns:
+    return {"kv_bits": np.array([f.bits for f in kv_formats])}
+
+
+# Devices that publish no host or scale-up link are assumed to talk over PCIe 4.0 x16 (32 GB/s each way).
+FALLBACK_LINK_BYTES_PER_S = 32e9
+
+
+def link_bandwidth(hw: Hardware) -> float:
+    """Per-direction bandwidth tensor-parallel ranks exchange activations over: NVLink/IF, else the host link."""
+    link = hw.scale_up_link or hw.host_link
+    return FALLBACK_LINK_BYTES_PER_S if link is None else link.bandwidth.base
+
+
+def _first_peak(hw: Hardware, dtypes: Sequence[str]) -> tuple[str, float]:
+    for dtype in dtypes:
+        peak = hw.peak_flops_per_s(dtype)
+        if peak is not None:
+            return dtype, peak
+    published = ", ".join(hw.dense_peak) or "none"
+    raise ConfigurationError(
+        f"{hw.name} publishes no peak for {'/'.join(dtypes)} (it has: {published}); choose a weight format "
+        f"that computes in one of those, or add the missing peak to its YAML entry")
+
+
+def compute_peak_table(formats: Sequence[WeightFormat], devices: Sequence[Hardware]) -> tuple[np.ndarray, list[list[str]]]:
+    """Dense peak FLOP/s of each format's compute dtype on each device, shape (formats, devices)."""
+    dtypes = [[_first_peak(hw, f.compute_dtypes)[0] for hw in devices] for f in formats]
+    peaks = np.array([[_first_peak(hw, f.compute_dtypes)[1] for hw in devices] for f in formats])
+    return peaks, dtypes

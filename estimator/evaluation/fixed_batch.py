@@ -1,0 +1,261 @@
+"""Prefill, decode and memory at a fixed batch: columns in, result columns out.
+
+:func:`results_at_batch` takes column dicts whose arrays broadcast against each
+other (one entry for a single estimate, orthogonal axes for a sweep, gathered rows
+for a CSV of configurations) and returns a dict of result arrays of the broadcast
+shape. It knows nothing of YAML or printing; :mod:`estimator.evaluation.compute`
+adds the steady state under a load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults, bandwidth_scale_by_class, compute_eff_by_class
+from estimator.physics import flops as fl
+from estimator.physics import traffic as tr
+from estimator.physics.kvcache import PAGED_BLOCK_TOKENS
+from estimator.physics.memory import memory_fit
+from estimator.physics.offload import LAYERS, NONE, device_weight_share, streaming_time
+from estimator.physics.parallel import (
+    DEFAULT_NETWORK_BYTES_PER_S,
+    DEFAULT_NODE_DEVICES,
+    micro_batches,
+    pipeline_transfer_time,
+    pp_link_bytes_per_s,
+    stage_communication_time,
+    tp_link_bytes_per_s,
+)
+from estimator.physics.roofline import bound_of, pass_time
+from estimator.physics.span import decode_context_range, mean_span
+from estimator.physics.speculative import expected_tokens
+
+DEFAULT_SERVING = {"paged": True, "block_tokens": PAGED_BLOCK_TOKENS, "prefix_tokens": 0, "fused_attention": True,
+                   "offload": NONE, "gpu_layers": 0, "spec_tokens": 0, "acceptance": 0.0, "draft_cost": 0.0,
+                   "concurrency": 0.0, "rate": 0.0, "chunk_tokens": 0.0}
+PARTS = ("linear_s", "attention_s", "communication_s", "offload_s", "overhead_s", "compute_s", "memory_s")
+
+
+def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
+    """Datasheet peaks × device efficiency × engine efficiency (docs/architecture.md)."""
+    compute_eff = hw["device_compute_eff"] * compute_eff_by_class(engine)[hw["device_class_code"]]
+    bandwidth = (hw["bandwidth_bytes_per_s"] * hw["device_bandwidth_eff"]
+                 * bandwidth_scale_by_class(engine)[hw["device_class_code"]])
+    return {
+        "linear_flops_per_s": peak_linear_flops_per_s * compute_eff,
+        "attention_flops_per_s": hw["attention_flops_per_s"] * compute_eff,
+        "weight_bytes_per_s": bandwidth * f["engine_bandwidth_eff"],
+        "kv_bytes_per_s": bandwidth * engine.kv_bandwidth_eff,
+    }
+
+
+@dataclass
+class _Setup:
+    """What every pass of one evaluation shares."""
+
+    m: dict
+    hw: dict
+    f: dict
+    kv_bits: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    ep: np.ndarray
+    serving: dict
+    engine: EngineDefaults
+    rates: dict
+    host_rates: dict | None
+    device_share: np.ndarray   # of the weights; the rest is offloaded
+    tp_link: np.ndarray        # bytes/s the TP collectives run at
+    pp_link: np.ndarray        # bytes/s between pipeline stages
+
+
+def _stage(s: _Setup, flops: dict, bytes_: dict, tokens) -> dict:
+    """One pipeline-stage pass of a micro-batch of ``tokens`` new tokens, offload included."""
+    devices = s.tp * s.pp
+    overhead_s = s.m["layers"] / s.pp * s.engine.per_layer_s
+    communication_s = stage_communication_time(s.m, s.hw, tokens, s.tp, s.pp, s.ep, s.engine.allreduce_latency_s,
+                                               s.tp_link)
+    streamed = np.where(s.serving["offload"] == LAYERS, 0.0, 1.0) * streaming_time(
+        bytes_["weights"] / devices, s.device_share, s.hw["host_link_bytes_per_s"])
+    device = pass_time(flops, bytes_, s.rates, devices, overhead_s, communication_s, streamed)
+    device["if_fit_s"] = device["time_s"] - device["offload_s"]   # the same pass with everything on the device
+    if s.host_rates is None:
+        return device
+    # partial offload by layers: the device runs its share of the layers, the host CPU the rest
+    g = np.where(s.serving["offload"] == LAYERS, s.device_share, 1.0)
+    host_s = pass_time(flops, bytes_, s.host_rates, 1.0, overhead_s)["time_s"]
+    out = {k: g * device[k] for k in PARTS}
+    out["offload_s"] = out["offload_s"] + (1 - g) * host_s
+    out["time_s"] = g * device["time_s"] + (1 - g) * host_s
+    out["if_fit_s"] = device["if_fit_s"]
+    out["bound"] = _bound(out)
+    return out
+
+
+def _bound(parts: dict):
+    return bound_of(parts["compute_s"], parts["memory_s"], parts["linear_s"] + parts["attention_s"],
+                    parts["communication_s"], parts["offload_s"], parts["overhead_s"])
+
+
+def _phase(stage: dict, passes, per_step_s, transfer_s) -> dict:
+    """A phase made of ``passes`` stage passes, plus the per-step overhead and pipeline transfers."""
+    out = {k: stage[k] * passes for k in PARTS + ("time_s", "if_fit_s")}
+    out["overhead_s"] = out["overhead_s"] + per_step_s
+    out["communication_s"] = out["communication_s"] + transfer_s
+    out["time_s"] = out["time_s"] + per_step_s + transfer_s
+    out["if_fit_s"] = out["if_fit_s"] + per_step_s + transfer_s
+    out["bound"] = _bound(out)
+    return out
+
+
+def _decode(s: _Setup, b, micro, spans, q=1):
+    """Ledgers and phase times of one decode step (q new tokens per sequence) of micro-batches of b."""
+    flops = fl.decode_flops(s.m, b, *spans, q=q)
+    bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, *spans, s.tp, s.serving["fused_attention"], q=q)
+    phase = _phase(_stage(s, flops, bytes_, b * q), np.maximum(micro, s.pp), s.engine.per_step_s,
+                   pipeline_transfer_time(s.m, b * q, s.pp, s.engine.allreduce_latency_s, s.pp_link))
+    return flops, bytes_, phase
+
+
+def _prefill(s: _Setup, b, micro, T, cached):
+    """Ledgers and phase times of prefilling micro-batches of b prompts past ``cached`` tokens."""
+    flops = fl.prefill_flops(s.m, b, T, cached)
+    bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, s.serving["fused_attention"], cached)
+    new_tokens = b * (T - cached)
+    phase = _phase(_stage(s, flops, bytes_, new_tokens), micro + s.pp - 1, s.engine.per_step_s,
+                   pipeline_transfer_time(s.m, new_tokens, s.pp, s.engine.allreduce_latency_s, s.pp_link))
+    return flops, bytes_, phase
+
+
+def _speculative(s: _Setup, draft: dict | None, b, micro, spans, plain_step_s, T, cached):
+    """Mean time per token with speculative decoding, and the draft's extra prefill time."""
+    gamma, alpha = s.serving["spec_tokens"], s.serving["acceptance"]
+    verify_s = _decode(s, b, micro, spans, q=gamma + 1)[2]["time_s"]
+    if draft is None:   # n-gram or EAGLE-style heads: a fixed fraction of a target step
+        draft_step_s, draft_prefill_s = s.serving["draft_cost"] * plain_step_s, 0.0
+    else:
+        d = replace(s, m=draft, device_share=np.ones(1))
+        draft_step_s = _decode(d, b, micro, spans)[2]["time_s"]
+        draft_prefill_s = _prefill(d, b, micro, T, cached)[2]["time_s"]
+    return (gamma * draft_step_s + verify_s) / expected_tokens(alpha, gamma), draft_prefill_s
+
+
+def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=None,
+                   engine: EngineDefaults = GENERIC_ENGINE, host=None, draft=None) -> dict[str, np.ndarray]:
+    """Prefill, decode and memory for every configuration the inputs broadcast to.
+
+    Parameters
+    ----------
+    m, hw, f, kv : dict
+        Model, hardware, weight-format and KV-format columns (:mod:`estimator.evaluation.columns`).
+    peak_linear_flops_per_s : array
+        Dense peak of the weight format's compute dtype on the device.
+    B, T, O : array
+        Concurrent sequences (over all replicas), prompt tokens, output tokens.
+    layout : dict
+        ``tp``, ``pp``, ``ep``, ``dp`` arrays, optionally ``node`` (devices per scale-up domain) and
+        ``network_bytes_per_s`` (:mod:`estimator.physics.parallel`).
+    serving : dict
+        ``paged`` KV allocation, ``block_tokens``, cached ``prefix_tokens`` per prompt,
+        ``fused_attention``, ``offload`` mode and ``gpu_layers`` (:data:`DEFAULT_SERVING`).
+    host : dict, optional
+        The host CPU's effective ``rates`` (as :func:`effective_rates`), for partial offload by layers.
+    draft : dict, optional
+        Model columns of a draft model for speculative decoding (``spec_tokens`` > 0 in ``serving``).
+
+    Notes
+    -----
+    Each replica decodes B/dp sequences in m = min(B/dp, pp) micro-batches. One
+    pipeline-stage pass costs the roofline time of the micro-batch's ledgers
+    divided over the replica's tp·pp devices, plus its collectives, offload
+    transfers and per-layer overheads; a decode cycle takes max(m, pp) stage
+    passes and prefill m + pp − 1, plus the per-step overhead and the
+    stage-to-stage transfers.
+    """
+    B, T, O = (np.asarray(a, dtype=float) for a in (B, T, O))
+    tp, pp, ep, dp = (np.asarray(layout[k], dtype=float) for k in ("tp", "pp", "ep", "dp"))
+    serving = {**DEFAULT_SERVING, **(serving or {})}
+    cached = np.asarray(serving["prefix_tokens"], dtype=float)
+    kv_bits = kv["kv_bits"]
+    replica_batch = B / dp
+    micro = micro_batches(replica_batch, pp)
+    b = replica_batch / micro                                 # sequences per micro-batch
+
+    memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, draft=draft)
+    share = device_weight_share(serving["offload"], serving["gpu_layers"], m["layers"],
+                                memory["memory_weights_bytes"], memory["room_for_weights_bytes"])
+    if serving["offload"] != NONE:  # re-plan the memory with the offloaded part on the host
+        kv_share = np.where(serving["offload"] == LAYERS, share, 1.0)
+        memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, share, kv_share, draft)
+    node = np.asarray(layout.get("node", DEFAULT_NODE_DEVICES), dtype=float)
+    network = np.asarray(layout.get("network_bytes_per_s", DEFAULT_NETWORK_BYTES_PER_S), dtype=float)
+    s = _Setup(m, hw, f, kv_bits, tp, pp, ep, serving, engine, effective_rates(hw, f, peak_linear_flops_per_s, engine),
+               host, share, tp_link_bytes_per_s(hw, tp, node, network), pp_link_bytes_per_s(hw, tp, pp, node, network))
+
+    prefill_flops, prefill_bytes, prefill = _prefill(s, b, micro, T, cached)
+    lo, hi, steps = decode_context_range(T, O)
+    span_global = mean_span(lo, hi, 0)
+    spans = (span_global, mean_span(lo, hi, m["window"]))
+    decode_flops, decode_bytes, decode = _decode(s, b, micro, spans)
+    ttft_s, itl_s = prefill["time_s"], decode["time_s"]
+    if serving["spec_tokens"] > 0:
+        itl_s, draft_prefill_s = _speculative(s, draft, b, micro, spans, decode["time_s"], T, cached)
+        ttft_s = ttft_s + draft_prefill_s
+
+    out = _speeds(B, T, O, cached, ttft_s, itl_s, steps)
+    out["speculative_speedup"] = decode["time_s"] / itl_s
+    out.update({
+        "micro_batches": micro,
+        "prefill_bound": prefill["bound"],
+        "decode_bound": decode["bound"],
+        "prefill_intensity_flops_per_byte": fl.total(prefill_flops) / sum(prefill_bytes.values()),
+        "decode_intensity_flops_per_byte": fl.total(decode_flops) / sum(decode_bytes.values()),
+        "ridge_flops_per_byte": peak_linear_flops_per_s / hw["bandwidth_bytes_per_s"],
+        "critical_batch": _critical_batch(s, b),
+        # the same, counted in concurrent sequences over all replicas and micro-batches
+        "compute_bound_concurrency": _critical_batch(s, b) * micro * dp,
+        "mean_decode_context": span_global,
+    })
+    for phase, times in (("prefill", prefill), ("decode", decode)):
+        out.update({f"{phase}_{key}": times[key] for key in PARTS})
+    for name, ledger in (("prefill_flops", prefill_flops), ("prefill_bytes", prefill_bytes),
+                         ("decode_flops", decode_flops), ("decode_bytes", decode_bytes)):
+        out.update({f"{name}_{term}": value for term, value in ledger.items()})
+        out[f"{name}_total"] = sum(ledger.values())
+    memory.pop("room_for_weights_bytes")
+    out.update(memory)
+    out["max_batch"] = out["max_batch"] * dp
+    out["max_concurrency"] = out["max_batch"]
+    out["kv_cache_bytes_per_token"] = tr.kv_bytes_per_token_layer(m, kv_bits) * m["layers"] + 0 * B
+    out["offloaded_bytes"] = tr.weight_bytes_stored(m, f) / (tp * pp) * (1 - share)
+    out["throughput_out_tps_per_gpu"] = out["throughput_out_tps"] / (tp * pp * dp)
+    out["kv_crossover_tokens"] = tr.kv_crossover_tokens(m, f, kv_bits, b, tp)
+    # how much faster the same configuration would decode with everything on the device
+    out["offload_slowdown"] = decode["time_s"] / decode["if_fit_s"]
+    return out
+
+
+def _speeds(B, T, O, cached, prefill_s, itl_s, steps) -> dict:
+    """Latencies and rates from the phase times (definitions in estimator/report.py)."""
+    ttft_s = np.where(T > 0, prefill_s, 0.0)
+    e2e_s = ttft_s + steps * itl_s
+    return {
+        "ttft_s": ttft_s,
+        "prefill_tps": B * (T - cached) / np.where(ttft_s > 0, ttft_s, 1.0),
+        "itl_s": itl_s,
+        "decode_tps_per_seq": 1.0 / itl_s,
+        "decode_tps_total": B / itl_s,
+        "e2e_latency_s": e2e_s,
+        "tpot_inclusive_s": e2e_s / O,
+        "throughput_out_tps": B * O / e2e_s,
+        "decode_steps": steps + 0 * itl_s,
+    }
+
+
+def _critical_batch(s: _Setup, b):
+    """Batch at which the decode matmuls' compute time reaches their weight-streaming time."""
+    matmul_flops_per_token = 2 * (fl.matmul_params_per_token(s.m) + s.m["params_head"])
+    return (tr.weight_bytes_streamed(s.m, s.f, b) * s.rates["linear_flops_per_s"]
+            / (matmul_flops_per_token * s.rates["weight_bytes_per_s"]))

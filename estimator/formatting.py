@@ -1,0 +1,48 @@
+"""Numbers and tables as text: prefixes at the edge (base units come in, strings go out)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from estimator.units import GB, KB, MB
+
+
+def seconds(value: float) -> str:
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.2f} ms"
+    return f"{value * 1e6:.1f} us"
+
+
+def rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def gigabytes(value: float) -> str:
+    """Decimal bytes with a prefix that keeps small terms readable."""
+    if value >= 0.1 * GB or value == 0:
+        return f"{value / GB:.2f} GB"
+    if value >= 0.1 * MB:
+        return f"{value / MB:.1f} MB"
+    return f"{value / KB:.1f} kB"
+
+
+def table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None, indent: int = 2,
+          align_numbers: bool = True) -> str:
+    """Text columns, left-aligned; numbers right-aligned unless ``align_numbers`` is False."""
+    all_rows = ([list(header)] if header else []) + [list(map(str, r)) for r in rows]
+    widths = [max(len(r[i]) for r in all_rows) for i in range(len(all_rows[0]))]
+
+    def fmt(row):
+        cells = [c.rjust(w) if align_numbers and _numeric(c) else c.ljust(w) for c, w in zip(row, widths)]
+        return " " * indent + "  ".join(cells).rstrip()
+
+    lines = [fmt(r) for r in all_rows]
+    if header:
+        lines.insert(1, " " * indent + "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _numeric(cell: str) -> bool:
+    return bool(cell) and (cell[0].isdigit() or cell[0] in "-+.") and any(ch.isdigit() for ch in cell)

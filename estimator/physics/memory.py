@@ -1,0 +1,94 @@
+"""Memory footprint per device, whether it fits, and the largest batch that does.
+
+required = weights / N + KV cache + activation workspace + runtime reserve
+available = capacity × usable fraction
+
+- Weights count **all** parameters, every expert included (llmfit #230 counted
+  active parameters and recommended models that do not fit).
+- The KV cache is allocated for the whole context (prompt + output) of every
+  sequence, in paged blocks or contiguously (:mod:`estimator.physics.kvcache`); a cached
+  prefix is stored once; sliding-window layers keep at most W tokens.
+- The activation workspace is the prefill peak: one layer's matmul outputs for
+  the prompt tokens of one forward pass, the fp32 logits of the last positions
+  and, without fused attention, one layer's T×T score matrices. Engines prefill
+  at most a token budget per pass (vLLM ``max_num_batched_tokens``, 8192 by
+  default in V1), but never less than one whole prompt (chunking a prompt is the
+  serving-level model's), so the workspace stops growing with the batch there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from estimator.physics.kvcache import allocated_tokens
+from estimator.physics.traffic import (
+    ACTIVATION_BYTES,
+    LOGIT_BYTES,
+    kv_bytes_per_token_layer,
+    kv_replication,
+    weight_bytes_stored,
+)
+
+
+def kv_cache_bytes_per_sequence(m, kv_bits, context, tp):
+    """KV bytes one sequence of ``context`` tokens holds, over all devices of the replica (copies under TP included)."""
+    global_layers = m["layers"] - m["local_layers"]
+    local_kept = np.where(m["window"] > 0, np.minimum(context, m["window"]), context)
+    token_layers = global_layers * context + m["local_layers"] * local_kept
+    return kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, tp) * token_layers
+
+
+PREFILL_TOKEN_BUDGET = 8192
+
+
+def activation_workspace_bytes(m, B, T, fused_attention):
+    """Prefill workspace of the peak layer for B prompts of T tokens, within the token budget."""
+    tokens = np.minimum(B * T, np.maximum(T, PREFILL_TOKEN_BUDGET))
+    sequences = np.maximum(np.floor(tokens / np.maximum(T, 1)), 1)
+    widest = np.maximum(m["ffn_width"], (m["heads"] + 2 * m["kv_heads"]) * m["head_dim"])
+    matmul_outputs = tokens * (2 * m["hidden"] + widest) * ACTIVATION_BYTES
+    scores = np.where(fused_attention, 0.0, sequences * m["heads"] * T * T * ACTIVATION_BYTES)
+    return matmul_outputs + scores + np.minimum(B, sequences) * m["vocab"] * LOGIT_BYTES
+
+
+def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv_share=1.0, draft=None):
+    """Per-device footprint of one replica of tp × pp devices serving B sequences, and its largest batch.
+
+    ``serving`` holds ``paged``, ``block_tokens``, ``prefix_tokens`` and ``fused_attention``
+    (:mod:`estimator.physics.kvcache`); a cached prefix is stored once per replica. ``weight_share`` and
+    ``kv_share`` are the parts kept on the device when the rest is offloaded (:mod:`estimator.physics.offload`).
+    A speculative ``draft`` model (columns) keeps its weights and its own KV cache on the device too.
+    """
+    n = np.asarray(tp, dtype=float) * pp
+    paged, block, prefix = serving["paged"], serving["block_tokens"], serving["prefix_tokens"]
+    fused_attention = serving["fused_attention"]
+    weights = weight_bytes_stored(m, f) / n * weight_share
+    own_slots = allocated_tokens(T + O - prefix, paged, block, m["max_context"])
+    shared = kv_cache_bytes_per_sequence(m, kv_bits, allocated_tokens(prefix, paged, block, m["max_context"]), tp) / n
+    kv_per_seq = kv_cache_bytes_per_sequence(m, kv_bits, own_slots, tp) / n * kv_share
+    shared = shared * kv_share
+    if draft is not None:
+        weights = weights + weight_bytes_stored(draft, f) / n
+        kv_per_seq = kv_per_seq + kv_cache_bytes_per_sequence(draft, kv_bits, own_slots, tp) / n
+    activations = activation_workspace_bytes(m, B, T, fused_attention) / tp
+    reserve = hw["runtime_reserve_bytes"]
+    available = hw["capacity_bytes"] * hw["usable_memory_fraction"]
+    required = weights + shared + B * kv_per_seq + activations + reserve
+    room = available - weights - shared - reserve
+    # the workspace grows with the batch up to the token budget: size it at one sequence, then at that
+    # batch; the second answer is feasible, since a smaller batch never needs a larger workspace
+    max_batch = np.floor(np.maximum(room - activation_workspace_bytes(m, 1, T, fused_attention) / tp, 0) / kv_per_seq)
+    max_batch = np.floor(np.maximum(room - activation_workspace_bytes(m, np.maximum(max_batch, 1), T,
+                                                                      fused_attention) / tp, 0) / kv_per_seq)
+    return {
+        "memory_weights_bytes": weights,
+        "memory_kv_cache_bytes": shared + B * kv_per_seq,
+        "memory_activation_bytes": activations,
+        "memory_reserve_bytes": reserve + 0 * weights,
+        "memory_required_bytes": required,
+        "memory_available_bytes": available + 0 * weights,
+        "fits": required <= available,
+        "max_batch": max_batch,
+        # what the weights have left beside KV, workspace and reserve: the offload planner's budget
+        "room_for_weights_bytes": available - shared - B * kv_per_seq - activations - reserve,
+    }

@@ -1,0 +1,1 @@
+"""Planning: which hardware, how many, in which format and at what cost; disaggregated serving."""

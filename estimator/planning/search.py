@@ -1,0 +1,217 @@
+"""The search behind `roofline plan` (see :mod:`estimator.planning.spec` for the plan and the cost model)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from estimator.efficiency.engine_profiles import load_intervals
+from estimator.errors import ConfigurationError
+from estimator.evaluation.api import sweep
+from estimator.evaluation.intervals import GROUP_OF_CLASS, interval_for
+from estimator.planning.cost import HOURS_PER_YEAR, hourly_cost, purchase_price
+from estimator.planning.spec import DEFAULT_FORMATS, FP4_FORMATS, PlanSpec
+from estimator.serving.workload import Layout, ServingOptions, check_layout
+from estimator.specs.database import Database, load_database
+from estimator.specs.formats import weight_format
+from estimator.specs.hardware import DeviceClass, Hardware
+
+HOURS_PER_MONTH = HOURS_PER_YEAR / 12
+
+
+@dataclass
+class PlanResult:
+    spec: PlanSpec
+    configurations: list[dict]          # meeting the targets, cheapest first
+    rejected: list[dict]                # with their reason
+    prices: list[dict]                  # the prices used and where they come from
+    closest_miss: dict | None = None    # when nothing meets the targets
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-ready: non-finite numbers become null."""
+        clean = lambda c: {k: (None if isinstance(v, float) and not np.isfinite(v) else v)  # noqa: E731
+                           for k, v in c.items() if k not in ("miss",)}
+        return {"configurations": [clean(c) for c in self.configurations],
+                "rejected": [clean(c) for c in self.rejected], "prices": self.prices,
+                "closest_miss": clean(self.closest_miss) if self.closest_miss else None, "notes": self.notes}
+
+
+def candidate_devices(spec: PlanSpec, db: Database) -> list[Hardware]:
+    """The devices named or classed in the constraints; by default every accelerator (no CPUs)."""
+    wanted = spec.constraints.gpus
+    if not wanted:
+        return [hw for hw in db.hardware if hw.device_class is not DeviceClass.cpu]
+    classes = {c.value for c in DeviceClass}
+    devices = []
+    for name in wanted:
+        if name in classes:
+            devices += [hw for hw in db.hardware if hw.device_class.value == name]
+        else:
+            devices.append(db.hardware.get(name))
+    return list({hw.name: hw for hw in devices}.values())
+
+
+def candidate_formats(spec: PlanSpec) -> list[str]:
+    names = spec.constraints.formats or list(DEFAULT_FORMATS)
+    formats = [weight_format(n) for n in names]
+    if spec.constraints.min_bits:
+        formats = [f for f in formats if f.linear_bits >= spec.constraints.min_bits]
+    if not formats:
+        raise ConfigurationError(f"no weight format left: {names} with at least {spec.constraints.min_bits} bits")
+    return [f.name for f in formats]
+
+
+def layouts_for(model, counts, per_node) -> list[Layout]:
+    """For each device count, the widest tensor parallelism within a node the model allows; the rest replicas."""
+    out = []
+    for n in counts:
+        for tp in sorted((t for t in range(1, min(n, per_node) + 1) if n % t == 0), reverse=True):
+            layout = Layout(tp=tp, dp=n // tp, devices_per_node=per_node)
+            try:
+                check_layout(model, layout)
+            except ConfigurationError:
+                continue
+            out.append(layout)
+            break
+    return out
+
+
+def device_counts(max_devices: int) -> list[int]:
+    counts = [1]
+    while counts[-1] * 2 <= max_devices:
+        counts.append(counts[-1] * 2)
+    return sorted(set(counts + [max_devices]))
+
+
+def _canonical_prices(spec: PlanSpec, db: Database) -> PlanSpec:
+    """Price overrides keyed by any of a device's names, re-keyed by its database name."""
+    devices = {db.hardware.get(name).name: price for name, price in spec.prices.devices.items()}
+    return spec.model_copy(update={"prices": spec.prices.model_copy(update={"devices": devices})})
+
+
+def _percentile_adjusted(spec: PlanSpec, engine: str, device_class: str, ttft: float, tps: float):
+    """At p90, judge the pessimistic end of the estimate's 80% interval."""
+    stored = load_intervals()
+    if spec.targets.percentile != "p90" or stored is None:
+        return ttft, tps
+    group = GROUP_OF_CLASS[device_class]
+    prefill, _ = interval_for(stored["intervals"], engine, "prefill", group)
+    decode, _ = interval_for(stored["intervals"], engine, "decode", group)
+    return ttft / (prefill[0] if prefill else 1.0), tps * (decode[0] if decode else 1.0)
+
+
+def _results_for_candidates(spec: PlanSpec, model, devices, formats, layouts, db) -> list[dict]:
+    """Every (device, format, layout) for one model under the plan's load, one dict per request type."""
+    w = spec.workload
+    serving = ServingOptions(concurrency=w.concurrency, rate=w.rate)
+    per_request = []
+    for request in w.requests:
+        table = sweep([model], devices, formats, ["f16"], [1], [request.prompt], [request.output], layouts,
+                      serving=serving, engine=spec.engine, detail=True, db=db)
+        per_request.append([{**table.row(i), "layout_spec": layouts[int(table.index["layout"][i])]}
+                            for i in range(len(table))])
+    return per_request
+
+
+def plan(spec: PlanSpec, db: Database | None = None) -> PlanResult:
+    """Search devices × count × layout × format for the plan; see :mod:`estimator.planning.spec`."""
+    db = db or load_database()
+    spec = _canonical_prices(spec, db)
+    models = [db.models.get(m) for m in spec.models]
+    devices = candidate_devices(spec, db)
+    formats = candidate_formats(spec)
+    counts = device_counts(spec.constraints.max_gpus)
+    configurations, rejected, prices = [], [], {}
+    for hw in devices:
+        prices[hw.name] = hourly_cost(hw, spec.prices, spec.constraints.deployment)
+    for model in models:
+        layouts = layouts_for(model, counts, spec.constraints.devices_per_node)
+        if not layouts:
+            rejected.append({"model": model.name, "reason": "no device count the model's heads divide"})
+            continue
+        usable = []
+        for hw in devices:
+            if prices[hw.name][0] is None:
+                rejected.append({"model": model.name, "hardware": hw.name, "reason":
+                                 f"{prices[hw.name][1]} for {spec.constraints.deployment} (add one under prices:)"})
+            else:
+                usable.append(hw)
+        if not usable:
+            continue
+        rows = _results_for_candidates(spec, model, usable, formats, layouts, db)
+        for variants in zip(*rows):
+            configurations.append(_judge(spec, model, variants, db, prices))
+    good = sorted((c for c in configurations if c["meets_targets"]), key=lambda c: c["cost_per_million_tokens_usd"])
+    _mark_pareto(good)
+    bad = [c for c in configurations if not c["meets_targets"]]
+    closest = min(bad, key=lambda c: c["miss"], default=None) if not good else None
+    return PlanResult(spec, good, rejected + [{k: c[k] for k in ("model", "hardware", "count", "tp", "format",
+                                                                   "reason")} for c in bad],
+                      [{"hardware": name, "usd_per_device_hour": cost, "source": source}
+                       for name, (cost, source) in sorted(prices.items()) if cost is not None], closest)
+
+
+def _judge(spec: PlanSpec, model, variants: tuple[dict, ...], db, prices) -> dict:
+    """One candidate over the request mix: the worst latency, the share-weighted cost; reasons if rejected."""
+    first = variants[0]
+    hw = db.hardware.get(first["hardware"])
+    layout = first["layout_spec"]
+    count, tp = layout.devices, layout.tp
+    hourly = prices[hw.name][0] * count
+    shares = np.array([r.share for r in spec.workload.requests])
+    shares = shares / shares.sum()
+    fits = all(v["fits"] for v in variants)
+    saturated = any(v.get("saturated") for v in variants)
+    adjusted = [_percentile_adjusted(spec, spec.engine, hw.device_class.value, v["ttft_s"], v["decode_tps_per_seq"])
+                for v in variants]
+    ttft = max(a[0] for a in adjusted)
+    tps = min(a[1] for a in adjusted)
+    throughput = float(np.dot(shares, [v["throughput_out_tps"] for v in variants]))
+    cost_per_million = hourly / (throughput * 3600) * 1e6 if throughput > 0 and np.isfinite(throughput) else np.inf
+    reasons, miss = [], 0.0
+    if first["weight_format"] in FP4_FORMATS and hw.peak_flops_per_s("fp4") is None:
+        reasons.append(f"no FP4 tensor cores: {hw.name} cannot run {first['weight_format']}")
+        miss += 100
+    elif not fits:
+        need = max(v["memory_required_bytes"] for v in variants) / 1e9
+        reasons.append(f"does not fit: needs {need:.1f} GB per device, has {first['memory_available_bytes'] / 1e9:.1f}")
+        miss += 10
+    elif saturated:
+        reasons.append(f"saturated: the load exceeds what {count} device(s) serve "
+                       f"(~{min(v['max_rate'] for v in variants):.2f} requests/s at most)")
+        miss += 5
+    else:
+        t = spec.targets
+        if t.max_ttft_s and ttft > t.max_ttft_s:
+            reasons.append(f"TTFT too high: {ttft:.3g} s > {t.max_ttft_s:g} s")
+            miss += ttft / t.max_ttft_s - 1
+        if t.min_tps_per_user and tps < t.min_tps_per_user:
+            reasons.append(f"too slow per user: {tps:.3g} tokens/s < {t.min_tps_per_user:g}")
+            miss += t.min_tps_per_user / tps - 1
+    budget = spec.constraints.budget_usd
+    if budget:
+        spend = (count * purchase_price(hw, spec.prices) if spec.constraints.deployment == "on_prem"
+                 else hourly * HOURS_PER_MONTH)
+        if spend > budget:
+            reasons.append(f"over budget: {spend:,.0f} USD > {budget:,.0f}")
+            miss += spend / budget - 1
+    return {
+        "model": model.name, "hardware": hw.name, "count": count, "tp": tp, "format": first["weight_format"],
+        "layout": first["layout"], "batch": float(np.mean([v.get("steady_batch", 1) for v in variants])),
+        "ttft_s": ttft, "decode_tps_per_seq": tps, "throughput_out_tps": throughput,
+        "cost_per_hour_usd": hourly, "cost_per_million_tokens_usd": cost_per_million,
+        "tokens_per_s_per_usd_per_hour": throughput / hourly if hourly else None,
+        "tokens_per_joule": throughput / (count * hw.tdp.base * spec.prices.utilization) if hw.tdp.base else None,
+        "meets_targets": not reasons, "reason": "; ".join(reasons), "miss": miss,
+    }
+
+
+def _mark_pareto(configs: list[dict]) -> None:
+    """Flag the configurations no other beats on both cost and inter-token latency (1 / tokens/s per user)."""
+    for c in configs:
+        c["pareto"] = not any(o["cost_per_million_tokens_usd"] <= c["cost_per_million_tokens_usd"]
+                              and o["decode_tps_per_seq"] >= c["decode_tps_per_seq"] and o is not c
+                              and (o["cost_per_million_tokens_usd"] < c["cost_per_million_tokens_usd"]
+                                   or o["decode_tps_per_seq"] > c["decode_tps_per_seq"]) for o in configs)

@@ -1,0 +1,101 @@
+"""`roofline plan`: which hardware, how many, in which format, and at what cost.
+
+The inverse of an estimate. A plan names one or more models, a workload
+(prompt and output length, as fixed values or a small mix; a concurrency or a
+request rate), service targets and constraints; the planner estimates every
+candidate (device × count × layout × format) under that load with the
+vectorized sweep, keeps those that meet the targets, ranks them by cost per
+million output tokens, marks the Pareto front of cost against inter-token
+latency, and says why each other candidate was rejected.
+
+The cost model is :mod:`estimator.planning.cost`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from estimator.errors import ConfigurationError, load_yaml_model
+
+DEFAULT_FORMATS = ("bf16", "fp8", "int4-awq", "nvfp4")
+FP4_FORMATS = ("nvfp4", "mxfp4", "mxfp4-experts")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Request(_Spec):
+    prompt: int = Field(ge=1, description="prompt tokens")
+    output: int = Field(ge=1, description="output tokens")
+    share: float = Field(default=1.0, gt=0, description="share of requests (a mix's weights need not sum to 1)")
+
+
+class Workload(_Spec):
+    prompt: int | None = Field(default=None, ge=1)
+    output: int | None = Field(default=None, ge=1)
+    mix: list[Request] = Field(default_factory=list, description="instead of prompt/output: a small mix")
+    concurrency: int = Field(default=0, ge=0, description="requests in flight (closed loop)")
+    rate: float = Field(default=0.0, ge=0, description="requests per second (open loop)")
+
+    @model_validator(mode="after")
+    def _one_of_each(self) -> "Workload":
+        if bool(self.concurrency) == bool(self.rate):
+            raise ValueError("give exactly one of workload.concurrency and workload.rate")
+        if self.mix and (self.prompt or self.output):
+            raise ValueError("give workload.prompt/output or workload.mix, not both")
+        if not self.mix and not (self.prompt and self.output):
+            raise ValueError("workload needs prompt and output (or a mix)")
+        return self
+
+    @property
+    def requests(self) -> list[Request]:
+        return self.mix or [Request(prompt=self.prompt, output=self.output)]
+
+
+class Targets(_Spec):
+    max_ttft_s: float | None = Field(default=None, gt=0, description="TTFT at most, seconds, queueing included")
+    min_tps_per_user: float | None = Field(default=None, gt=0, description="decode tokens/s per user at least")
+    percentile: Literal["p50", "p90"] = Field(
+        default="p50", description="p90: judge the pessimistic end of the 80% interval, not the estimate")
+
+
+class Constraints(_Spec):
+    formats: list[str] | None = None
+    min_bits: float | None = Field(default=None, gt=0, description="only formats with at least this many bits")
+    gpus: list[str] | None = Field(default=None, description="device names, or classes like datacenter_gpu")
+    max_gpus: int = Field(default=8, ge=1)
+    devices_per_node: int = Field(default=8, ge=1)
+    deployment: Literal["cloud", "on_prem"] = "cloud"
+    budget_usd: float | None = Field(default=None, gt=0, description="purchase (on_prem) or per month (cloud)")
+
+
+class DevicePrice(_Spec):
+    purchase_usd: float | None = Field(default=None, gt=0)
+    cloud_usd_per_hour: float | None = Field(default=None, gt=0)
+
+
+class Prices(_Spec):
+    devices: dict[str, DevicePrice] = Field(default_factory=dict, description="overrides by device name")
+    energy_usd_per_kwh: float = Field(default=0.12, ge=0)
+    utilization: float = Field(default=0.7, gt=0, le=1, description="average power draw as a share of TDP")
+    pue: float = Field(default=1.3, ge=1, description="data-centre power usage effectiveness")
+    amortization_years: float = Field(default=3.0, gt=0)
+
+
+class PlanSpec(_Spec):
+    """A plan file (`roofline plan plan.yaml`); the CLI flags build the same object."""
+
+    models: list[str] = Field(min_length=1)
+    workload: Workload
+    targets: Targets = Targets()
+    constraints: Constraints = Constraints()
+    prices: Prices = Prices()
+    engine: str = Field(default="vLLM", description="serving-engine profile")
+
+
+def load_plan(path) -> PlanSpec:
+    """Read a plan YAML; an unknown or bad key is an error naming it."""
+    return load_yaml_model(path, PlanSpec, "plan", ConfigurationError)

@@ -1,0 +1,1 @@
+"""Reporting: estimates, plans, catalogs and explanations as text, plots and procurement documents."""

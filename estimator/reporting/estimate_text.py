@@ -1,0 +1,217 @@
+"""Plain-text reports: formatters return strings, the CLI prints them.
+
+Metric definitions are printed with the numbers, since mismatched definitions
+(TTFT with or without queueing, TPOT with or without the first token) are the
+most common source of "wrong number" reports (docs/formulas.md §11, §12.9).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from estimator.evaluation.api import Estimate
+from estimator.evaluation.columns import FALLBACK_LINK_BYTES_PER_S
+from estimator.formatting import gigabytes, rate, seconds, table
+from estimator.units import GB, TB, TFLOPS
+
+DEFINITIONS = (
+    "TTFT: time to first token = prefill of the whole batch's prompts; excludes queueing, tokenization and network. "
+    "Under a load (--concurrency/--rate) it includes the wait for prefill (M/D/1 queue) and is per request.",
+    "ITL (inter-token latency) = TPOT exclusive of the first token = (E2E - TTFT) / (output - 1), "
+    "averaged over the generation as the KV cache grows from prompt to prompt + output.",
+    "TPOT inclusive = E2E / output tokens (the GuideLLM convention).",
+    "Decode tokens/s per sequence = 1 / ITL; whole batch = batch / ITL. E2E = TTFT + (output - 1) x ITL.",
+    "Memory is per device; GB = 10^9 bytes, GiB = 2^30 bytes.",
+)
+
+
+def _host_link(hw) -> str:
+    link = hw.host_link
+    return f"no host link published; {FALLBACK_LINK_BYTES_PER_S / GB:.0f} GB/s assumed" if link is None else \
+        f"{link.kind}, {link.bandwidth.base / GB:.0f} GB/s each way"
+
+
+def _bound_line(e: Estimate, phase: str) -> str:
+    r = e.results
+    bound = r[f"{phase}_bound"]
+    intensity = r[f"{phase}_intensity_flops_per_byte"]
+    ridge = r["ridge_flops_per_byte"]
+    if bound == "offload":
+        why = (f"the offloaded part (host link or host CPU) takes {seconds(r[f'{phase}_offload_s'])} of its "
+               f"{seconds(r[f'{phase}_linear_s'] + r[f'{phase}_attention_s'] + r[f'{phase}_offload_s'])}")
+        if phase == "decode":
+            why += f"; with everything on the device it would decode {r['offload_slowdown']:.1f}x faster"
+    elif bound == "overhead":
+        fixed = r[f"{phase}_overhead_s"] + r[f"{phase}_communication_s"]
+        why = (f"fixed per-step and per-layer costs and all-reduces ({seconds(fixed)}) exceed the roofline "
+               f"time ({seconds(r[f'{phase}_linear_s'] + r[f'{phase}_attention_s'])})")
+    else:
+        side = ">" if intensity > ridge else "<"
+        why = f"intensity {intensity:,.1f} FLOP/byte {side} ridge point {ridge:,.0f} FLOP/byte"
+    line = f"{phase}: {bound}-bound, {why}"
+    if phase == "decode" and bound == "memory":
+        line += f"; its matmuls turn compute-bound near batch {r['critical_batch']:,.0f}"
+    if phase == "decode":
+        crossover = r["kv_crossover_tokens"]
+        line += ("; sliding windows cap the KV reads, so weights dominate at any context" if crossover == float("inf")
+                 else f"; KV-cache reads overtake weight reads past {crossover:,.0f} tokens of context")
+    return line
+
+
+def _bandwidth_text(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / TB:.2f} TB/s" if bytes_per_s >= 0.5 * TB else f"{bytes_per_s / GB:.1f} GB/s"
+
+
+def _flops_text(flops_per_s: float) -> str:
+    return f"{flops_per_s / TFLOPS:,.0f} TFLOPS" if flops_per_s >= 10 * TFLOPS else f"{flops_per_s / 1e9:,.0f} GFLOPS"
+
+
+def _layout_text(layout) -> str:
+    parts = [f"tensor-parallel {layout.tp}"]
+    if layout.pp > 1:
+        parts.append(f"{layout.pp} pipeline stages")
+    if layout.ep > 1:
+        parts.append(f"expert-parallel {layout.ep}")
+    if layout.dp > 1:
+        parts.append(f"{layout.dp} replicas")
+    return ", ".join(parts)
+
+
+def format_estimate(e: Estimate) -> str:
+    """The readable report for one estimate."""
+    r, hw = e.results, e.hardware
+    bw, peak = hw.memory_bandwidth_bytes_per_s, hw.peak_flops_per_s(e.compute_dtype)
+    batch = r.get("steady_batch", e.batch)
+    head = [
+        f"{e.model.name} on {e.layout.devices} x {hw.name} ({_layout_text(e.layout)}): weights "
+        f"{e.weight_format.name} (math in {e.compute_dtype}), KV cache {e.kv_format.name}",
+        f"workload: {_load_text(e)}, prompt {e.prompt_tokens} tokens, output {e.output_tokens} tokens, "
+        f"{'fused (FlashAttention-style)' if e.serving.attention == 'fused' else 'unfused'} attention, "
+        f"{e.serving.kv_alloc} KV cache" + (f", {e.serving.prefix_tokens}-token cached prefix"
+                                            if e.serving.prefix_tokens else ""),
+        f"device: {_bandwidth_text(bw)}, {_flops_text(peak)} dense {e.compute_dtype}, "
+        f"{hw.memory_capacity_bytes / 2**30:.0f} GiB {hw.memory.type.value} memory",
+    ]
+    memory = [
+        ("weights", gigabytes(r["memory_weights_bytes"])),
+        (f"KV cache ({batch:,.4g} x {e.prompt_tokens + e.output_tokens} tokens)", gigabytes(r["memory_kv_cache_bytes"])),
+        ("activation workspace", gigabytes(r["memory_activation_bytes"])),
+        ("runtime reserve", gigabytes(r["memory_reserve_bytes"])),
+        ("required", gigabytes(r["memory_required_bytes"])),
+        ("available", gigabytes(r["memory_available_bytes"])),
+    ]
+    if r["offloaded_bytes"] > 0:
+        where = (f"{e.serving.gpu_layers} of {e.model.shape.num_layers} layers on the device, the rest run by "
+                 f"the host CPU ({e.serving.host_cpu})" if e.serving.gpu_layers is not None else
+                 f"streamed over the host link ({_host_link(hw)}) on every forward pass")
+        memory.insert(1, ("offloaded to host memory", gigabytes(r["offloaded_bytes"])))
+    verdict = (f"fits; largest batch at this context: {r['max_batch']:,.0f}" if r["fits"] else
+               f"DOES NOT FIT: needs {gigabytes(r['memory_required_bytes'])} per device, has "
+               f"{gigabytes(r['memory_available_bytes'])}; largest batch that fits: {r['max_batch']:,.0f}. "
+               "Try more devices (--gpus), a smaller weight format, or a shorter context.")
+    parts = ["\n".join(head), "", "Memory per device", table(memory)]
+    if r["offloaded_bytes"] > 0:
+        parts.append(f"  offloaded weights: {where}")
+    parts.append("  -> " + verdict)
+    if r.get("saturated"):
+        parts += ["", f"SATURATED: the requested load exceeds what this configuration can serve (at most about "
+                      f"{r['max_rate']:.2f} requests/s with whole-prompt prefill); no steady state exists, so no "
+                      "latencies are reported. Lower the rate, or add devices or replicas."]
+    if e.runnable:
+        parts += ["", "Latency and throughput", table(_speed_rows(r)), "", "Bound",
+                  "  " + _bound_line(e, "prefill"), "  " + _bound_line(e, "decode"),
+                  "", "Where the time goes", table(_time_rows(r), header=("", "prefill", "decode step")),
+                  "", f"Bytes per decode step at the mean context ({r['mean_decode_context']:,.0f} tokens)",
+                  table(_ledger_rows(r, "decode_bytes", gigabytes))]
+    parts += ["", f"Efficiencies: {e.efficiency_source}.", f"Intervals: {r.get('interval_basis', 'none')}.",
+              "", "Definitions"] + [f"  {d}" for d in DEFINITIONS]
+    parts += [f"warning: {w}" for w in e.warnings]
+    return "\n".join(parts)
+
+
+def _load_text(e: Estimate) -> str:
+    s = e.serving
+    if not s.under_load:
+        return f"batch {e.batch}"
+    load = f"{s.concurrency} requests in flight" if s.concurrency else f"{s.rate:g} requests/s arriving"
+    chunk = f", chunked prefill {s.chunked_prefill} tokens/step" if s.chunked_prefill else ""
+    return f"{load} (continuous batching{chunk}; steady decode batch {e.results['steady_batch']:.1f})"
+
+
+def _range(r: dict, key: str, fmt) -> str:
+    """' (80%: low-high)' when the estimate carries an interval for ``key``."""
+    if f"{key}_low" not in r:
+        return ""
+    return f"  (80%: {fmt(r[key + '_low'])} - {fmt(r[key + '_high'])})"
+
+
+def _speed_rows(r: dict) -> list[tuple[str, str]]:
+    if "steady_batch" in r:
+        return [
+            ("TTFT (with queueing)", seconds(r["ttft_s"])),
+            ("prefill of one prompt alone", seconds(r["ttft_prefill_s"])),
+            ("ITL (mean, prefill stalls included)", seconds(r["itl_s"])),
+            ("decode tokens/s per user", rate(r["decode_tps_per_seq"])),
+            ("output tokens/s, all users", rate(r["throughput_out_tps"])),
+            ("requests/s served", f"{r['request_rate']:.2f}"),
+            ("end-to-end latency", seconds(r["e2e_latency_s"])),
+            ("max sustainable rate (KV-bound)", f"{r['max_rate']:.2f} requests/s"),
+        ]
+    return [
+        ("TTFT (prefill, no queueing)", seconds(r["ttft_s"]) + _range(r, "ttft_s", seconds)),
+        ("prefill tokens/s", rate(r["prefill_tps"]) + _range(r, "prefill_tps", rate)),
+        ("ITL (mean over the generation)", seconds(r["itl_s"]) + _range(r, "itl_s", seconds)),
+        ("decode tokens/s per sequence", rate(r["decode_tps_per_seq"]) + _range(r, "decode_tps_per_seq", rate)),
+        ("decode tokens/s, whole batch", rate(r["decode_tps_total"]) + _range(r, "decode_tps_total", rate)),
+        ("end-to-end latency", seconds(r["e2e_latency_s"])),
+        ("TPOT inclusive of first token", seconds(r["tpot_inclusive_s"])),
+    ]
+
+
+def _time_rows(r: dict) -> list[tuple[str, str, str]]:
+    """Time per part; communication and offload only when they happen."""
+    return [(label, seconds(r[f"prefill_{key}"]), seconds(r[f"decode_{key}"]))
+            for label, key in (("linear layers", "linear_s"), ("attention", "attention_s"),
+                               ("communication", "communication_s"), ("offload", "offload_s"),
+                               ("fixed overheads", "overhead_s"))
+            if key in ("linear_s", "attention_s", "overhead_s") or r[f"prefill_{key}"] + r[f"decode_{key}"] > 0]
+
+
+def _ledger_rows(r: dict, prefix: str, fmt) -> list[tuple[str, str]]:
+    terms = [k for k in r if k.startswith(prefix + "_") and not k.endswith("_total")]
+    rows = [(k[len(prefix) + 1:].replace("_", " "), fmt(r[k])) for k in terms]
+    return rows + [("total", fmt(r[f"{prefix}_total"]))]
+
+
+def format_quantity(q) -> str:
+    return f"{q.value:g} {q.unit}"
+
+
+def format_spec(fields: Iterable[tuple[str, str, str]]) -> str:
+    """Rows of (field, value, source) for `roofline show`."""
+    return table([(k, v, s) for k, v, s in fields], header=("field", "value", "source / note"), align_numbers=False)
+
+
+def _deployment_row(r: dict) -> tuple[str, ...]:
+    layout = (f"{r['prefill_devices']} prefill + {r['decode_devices']} decode" if r["mode"] == "disaggregated"
+              else f"{r['devices']} devices, continuous batching")
+    if r["saturated"]:
+        return r["mode"], layout, "saturated", "saturated", f"{r['decode_batch']:.1f}"
+    return r["mode"], layout, seconds(r["ttft_s"]), seconds(r["itl_s"]), f"{r['decode_batch']:.1f}"
+
+
+def format_disaggregation(result: dict) -> str:
+    """Disaggregated vs aggregated serving at one rate, and the fewest devices meeting targets."""
+    rows = [_deployment_row(result["disaggregated"]), _deployment_row(result["aggregated"])]
+    lines = [f"At {result['rate']:g} requests/s:",
+             table(rows, header=("serving", "devices", "TTFT", "ITL", "decode batch per instance")),
+             f"  KV transfer per request (prefill -> decode): {seconds(result['disaggregated']['kv_transfer_s'])}"]
+    if "fewest_devices" in result:
+        t = result["targets"]
+        goal = ", ".join(f"{k.replace('max_', '').replace('_s', '').upper()} <= {seconds(v)}" for k, v in t.items() if v)
+        lines += ["", f"Fewest devices meeting {goal}:"]
+        for mode, best in result["fewest_devices"].items():
+            lines.append(f"  {mode}: " + ("none within the search limit" if best is None else
+                                           f"{best['devices']} devices ({_deployment_row(best)[1]}), TTFT "
+                                           f"{seconds(best['ttft_s'])}, ITL {seconds(best['itl_s'])}"))
+    return "\n".join(lines)

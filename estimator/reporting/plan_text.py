@@ -1,0 +1,44 @@
+"""Text for `roofline plan`: the shortlist, the prices used, and why the rest were rejected."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from estimator.formatting import rate, seconds, table
+from estimator.planning.search import PlanResult
+
+
+def describe_targets(spec) -> str:
+    t, w = spec.targets, spec.workload
+    load = f"{w.concurrency} requests in flight" if w.concurrency else f"{w.rate:g} requests/s"
+    mix = ", ".join(f"{r.prompt}->{r.output} tokens" + (f" ({r.share:g})" if len(w.requests) > 1 else "")
+                    for r in w.requests)
+    goals = [f"TTFT <= {t.max_ttft_s:g} s" if t.max_ttft_s else "", f">= {t.min_tps_per_user:g} tokens/s per user"
+             if t.min_tps_per_user else ""]
+    return (f"{', '.join(spec.models)}; {mix}; {load}; targets: {', '.join(g for g in goals if g) or 'none'} "
+            f"({t.percentile}); {spec.constraints.deployment}; engine {spec.engine}")
+
+
+def format_plan(result: PlanResult, top: int = 15) -> str:
+    lines = [f"Plan: {describe_targets(result.spec)}", ""]
+    if result.configurations:
+        rows = [(c["hardware"], c["count"], c["tp"], c["format"], f"{c['batch']:.0f}", seconds(c["ttft_s"]),
+                 rate(c["decode_tps_per_seq"]), rate(c["throughput_out_tps"]),
+                 f"{c['cost_per_million_tokens_usd']:.3f}", "*" if c.get("pareto") else "")
+                for c in result.configurations[:top]]
+        lines += [f"{len(result.configurations)} configurations meet the targets (cheapest first; * = Pareto front "
+                  "of cost against per-user speed):",
+                  table(rows, header=("hardware", "n", "tp", "format", "batch", "TTFT", "tok/s/user", "tok/s all",
+                                      "$/1M tokens", "pareto"))]
+    else:
+        lines.append("No configuration meets the targets.")
+        if result.closest_miss:
+            c = result.closest_miss
+            lines.append(f"  closest miss: {c['count']} x {c['hardware']} ({c['format']}, tp {c['tp']}): {c['reason']}")
+    reasons = Counter(r["reason"].split(":")[0] for r in result.rejected)
+    lines += ["", "Rejected: " + (", ".join(f"{n} {why}" for why, n in reasons.most_common()) or "none")]
+    if result.prices:
+        lines += ["", "Prices used (per device-hour):"]
+        lines += [f"  {p['hardware']}: {p['usd_per_device_hour']:.3f} USD/h from {p['source']}" for p in result.prices
+                  if any(c["hardware"] == p["hardware"] for c in result.configurations[:top])]
+    return "\n".join(lines)

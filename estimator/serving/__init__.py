@@ -1,0 +1,1 @@
+"""Serving: requests under load (continuous batching, queueing) and the workload and layout options."""

@@ -1,0 +1,121 @@
+"""Continuous batching under load: the steady state of a serving engine.
+
+Requests of P prompt and O output tokens arrive at a rate R (open loop) or are
+kept at a fixed concurrency C (closed loop: a finished request is replaced at
+once). With continuous batching (Orca, vLLM) each request is prefilled, then
+joins the running decode batch for its O − 1 remaining tokens. In steady state:
+
+- Little's law on the decode phase: N = X · (O − 1) · t_step, where X is the
+  request throughput (X = R open loop; X = C / E2E closed loop) and N the
+  decode batch.
+- Whole-prompt prefill stalls the running batch: per second X prefills of
+  t_pf each, so a decode step takes t_step = ITL(N) / (1 − X · t_pf).
+- Chunked prefill with a token budget K per step (vLLM ``max_num_batched_tokens``,
+  docs/formulas.md §5) mixes K − N prompt tokens into a step of N decode tokens. A
+  mixed step costs t_mix = max(ITL(N), (N + K − N) · t_tok), with t_tok the
+  prefill time per prompt token; a share f = X · P · t_step / (K − N) of steps
+  carry prompt tokens, so t_step = ITL / (1 − X · P · (t_mix − ITL) / (K − N)),
+  and a prompt needs ⌈P / (K − N)⌉ mixed steps (servcalc). The roofline
+  underestimates prefill-decode interference in mixed steps (BLIS #949).
+- Open loop, prompts queue for prefill as in an M/D/1 queue with utilisation
+  u = X · t_pf: wait = u · t_pf / (2 (1 − u)), plus half a decode step to reach a
+  step boundary. Closed loop, the queue is solved by mean-value analysis.
+
+The fixed point is found by damped iteration. A steady state cannot exist when
+u ≥ 1 (prompts arrive faster than they can be prefilled) or when the decode
+batch it needs exceeds the KV-cache capacity: such configurations are flagged
+``saturated`` instead of reported as if they could run.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+ITERATIONS = 40
+DAMPING = 0.5
+MAX_UTILISATION = 0.999
+
+
+def _step_time(itl, X, prefill_s, prompt_tokens, chunk_free, t_mix):
+    """Mean decode-step time under prefill interference; inf when prompts cannot keep up."""
+    whole_prompt_load = X * prefill_s
+    chunk_load = X * prompt_tokens * (t_mix - itl) / np.maximum(chunk_free, 1.0)
+    load = np.where(chunk_free > 0, chunk_load, whole_prompt_load)
+    return np.where(load < MAX_UTILISATION, itl / (1 - np.minimum(load, MAX_UTILISATION)), np.inf)
+
+
+def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, concurrency, rate, max_batch,
+                 chunk_tokens=0.0) -> dict:
+    """Steady-state decode batch, latencies and throughput under load.
+
+    Parameters
+    ----------
+    itl_at : callable
+        ITL(N): decode step time at a decode batch of N (array in, array out).
+    prefill_s : array
+        Time to prefill one prompt alone.
+    concurrency, rate : array
+        Closed-loop concurrency C, or open-loop request rate R (req/s); the other is 0.
+    max_batch : array
+        Largest batch whose KV cache fits.
+    chunk_tokens : array
+        Token budget per step for chunked prefill; 0 prefills whole prompts.
+
+    Notes
+    -----
+    Open loop: X = R and the prefill queue is M/D/1. Closed loop: C requests
+    circulate between the prefill queue (service t_pf) and decoding (a delay of
+    (O − 1) · t_step); the queue is solved by Schweitzer's approximate mean-value
+    analysis, R_pf = t_pf (1 + Q (C − 1) / C), X = C / (R_pf + (O − 1) t_step),
+    Q = X R_pf. A closed loop never saturates in time (throughput self-limits),
+    only in memory: more requests in flight than the KV cache holds.
+    """
+    steps = np.maximum(np.asarray(output_tokens, dtype=float) - 1, 1.0)
+    C = np.asarray(concurrency, dtype=float)
+    closed = C > 0
+    per_token_s = prefill_s / np.maximum(prompt_tokens, 1)
+    N = np.where(closed, np.minimum(C, np.maximum(max_batch, 1)),
+                 np.maximum(rate * steps * itl_at(np.ones_like(steps)), 1.0))
+    X, queue = np.where(closed, 0.0, rate), np.zeros_like(N)
+    for _ in range(ITERATIONS):
+        N = np.clip(N, 1.0, np.where(closed, np.maximum(np.minimum(C, max_batch), 1), np.inf))
+        itl = itl_at(N)
+        chunk_free = np.where(chunk_tokens > 0, np.maximum(chunk_tokens - N, 1.0), 0.0)
+        t_mix = np.maximum(itl, (N + chunk_free) * per_token_s)
+        t_step = _step_time(itl, X, prefill_s, prompt_tokens, chunk_free, t_mix)
+        finite_step = np.where(np.isfinite(t_step), t_step, itl)
+        in_flight = np.maximum(np.minimum(C, max_batch), 1)
+        response = prefill_s * (1 + queue * (in_flight - 1) / in_flight)        # Schweitzer MVA
+        X_closed = in_flight / (response + steps * finite_step)
+        queue = X_closed * response
+        X = np.where(closed, DAMPING * X + (1 - DAMPING) * X_closed, rate)
+        N = DAMPING * N + (1 - DAMPING) * np.where(np.isfinite(t_step), X * steps * t_step, 1e9)
+    service = _service(prefill_s, prompt_tokens, chunk_free, t_mix)
+    ttft = np.where(closed, response - prefill_s + service + finite_step / 2,
+                    _ttft(prefill_s, prompt_tokens, chunk_free, t_mix, finite_step, X))
+    saturated = np.where(closed, C > max_batch, ~np.isfinite(t_step) | (N > max_batch))
+    return {"steady_batch": N, "itl_s": t_step, "ttft_s": ttft, "request_rate": X, "saturated": saturated}
+
+
+def _service(prefill_s, prompt_tokens, chunk_free, t_mix):
+    """Time a prompt takes to prefill once it starts: whole, or over ⌈P / (K − N)⌉ mixed steps."""
+    chunked = np.ceil(prompt_tokens / np.maximum(chunk_free, 1.0)) * t_mix
+    return np.where(chunk_free > 0, chunked, prefill_s)
+
+
+def _ttft(prefill_s, prompt_tokens, chunk_free, t_mix, t_step, X):
+    """Open loop: prefill (whole or in chunks), the M/D/1 queue for it, and half a step to the next boundary."""
+    service = _service(prefill_s, prompt_tokens, chunk_free, t_mix)
+    u = np.minimum(X * prefill_s, MAX_UTILISATION)
+    return service + u * prefill_s / (2 * (1 - u)) + t_step / 2
+
+
+def max_sustainable_rate(itl_at_max, prefill_s, output_tokens, max_batch):
+    """Request rate at which the decode batch reaches the KV-cache capacity (whole-prompt prefill).
+
+    From N = X (O − 1) t_step and t_step = ITL(N) / (1 − X t_pf) at N = N_max.
+    """
+    steps = np.maximum(np.asarray(output_tokens, dtype=float) - 1, 1.0)
+    return max_batch / (steps * itl_at_max + max_batch * prefill_s)

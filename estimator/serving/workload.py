@@ -1,0 +1,169 @@
+"""The workload and the deployment layout, validated at the edge.
+
+A workload is concurrent sequences, prompt tokens and output tokens; a layout
+says how the model spreads over devices (:mod:`estimator.physics.parallel` has the
+formulas). Impossible combinations are rejected here, with what would work.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from estimator.errors import ConfigurationError
+from estimator.physics.offload import OFFLOAD_MODES
+from estimator.specs.model import ModelSpec
+
+# The host CPU assumed for partial offload unless told otherwise: a current desktop CPU
+# with dual-channel DDR5, the usual home of a consumer GPU.
+DEFAULT_HOST_CPU = "AMD Ryzen 9 7950X"
+
+
+class Layout(BaseModel):
+    """How a deployment spreads over devices: tp × pp devices per replica, dp replicas, ep expert ranks."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = Field(default=1, ge=1, description="tensor-parallel ranks")
+    pp: int = Field(default=1, ge=1, description="pipeline stages")
+    ep: int = Field(default=1, ge=1, description="expert-parallel ranks (within the TP group)")
+    dp: int = Field(default=1, ge=1, description="data-parallel replicas")
+    devices_per_node: int = Field(default=8, ge=1, description="devices sharing one scale-up link (NVLink domain)")
+    network_gbps: float = Field(default=400.0, gt=0, description="scale-out network per device, Gbit/s one way")
+
+    def columns(self) -> dict:
+        """The values :func:`estimator.evaluation.compute.compute_results` reads for this layout."""
+        return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "dp": self.dp, "node": self.devices_per_node,
+                "network_bytes_per_s": self.network_gbps * 1e9 / 8}
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def label(self) -> str:
+        nodes = "" if self.tp * self.pp <= self.devices_per_node else \
+            f" over {-(-self.tp * self.pp // self.devices_per_node)} nodes"
+        return f"tp{self.tp} pp{self.pp} ep{self.ep} dp{self.dp}{nodes}"
+
+    @classmethod
+    def from_devices(cls, devices: int | None = None, tp: int | None = None, pp: int = 1, ep: int = 1,
+                     **system) -> "Layout":
+        """Fill in what is not given: N devices alone means TP over all of them; TP and PP alone use tp·pp devices."""
+        for name, value in (("devices", devices), ("tp", tp), ("pp", pp), ("ep", ep)):
+            if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+                raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
+        if tp is None:
+            devices = devices or pp
+            if devices % pp:
+                raise ConfigurationError(f"{devices} devices cannot form {pp} pipeline stages; use a multiple of {pp}")
+            tp = devices // pp
+        devices = devices or tp * pp
+        if devices % (tp * pp):
+            raise ConfigurationError(
+                f"{devices} devices cannot hold replicas of tp={tp} x pp={pp} = {tp * pp} devices; "
+                f"use a multiple of {tp * pp}, or change --tp/--pp")
+        return cls(tp=tp, pp=pp, ep=ep, dp=devices // (tp * pp), **system)
+
+
+def as_layout(value: "int | Layout") -> Layout:
+    """An int is a device count split by tensor parallelism."""
+    return value if isinstance(value, Layout) else Layout.from_devices(devices=value)
+
+
+def check_workload(batches: Iterable, prompts: Iterable, outputs: Iterable) -> None:
+    """Whole numbers: at least one sequence, one prompt token and one output token."""
+    checks = (("batch", batches, 1), ("prompt tokens", prompts, 1), ("output tokens", outputs, 1))
+    for label, values, minimum in checks:
+        for v in values:
+            if isinstance(v, bool) or not float(v).is_integer() or v < minimum:
+                raise ConfigurationError(f"{label} must be a whole number >= {minimum}, got {v!r}")
+
+
+def check_layout(model: ModelSpec, layout: Layout) -> None:
+    """Reject layouts the model cannot be split into, saying what would work."""
+    sh = model.shape
+    if sh.num_attention_heads % layout.tp:
+        raise ConfigurationError(
+            f"{model.name} has {sh.num_attention_heads} attention heads, which tp={layout.tp} tensor-parallel ranks "
+            f"cannot split evenly; use a tp that divides {sh.num_attention_heads}")
+    if sh.num_kv_heads % layout.tp and layout.tp % sh.num_kv_heads:
+        raise ConfigurationError(
+            f"{model.name} has {sh.num_kv_heads} KV heads: tp={layout.tp} must divide them or be a multiple of them")
+    if layout.pp > sh.num_layers:
+        raise ConfigurationError(f"pp={layout.pp} pipeline stages exceed {model.name}'s {sh.num_layers} layers")
+    if layout.ep > 1:
+        if sh.moe is None:
+            raise ConfigurationError(f"ep={layout.ep}: {model.name} is dense; expert parallelism needs an MoE model")
+        if sh.moe.num_experts % layout.ep or layout.tp % layout.ep:
+            raise ConfigurationError(
+                f"ep={layout.ep} must divide both {model.name}'s {sh.moe.num_experts} experts and tp={layout.tp} "
+                "(experts are split within the tensor-parallel group)")
+
+
+
+
+class ServingOptions(BaseModel):
+    """How the engine manages the KV cache and attention (:mod:`estimator.physics.kvcache`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kv_alloc: Literal["paged", "contiguous"] = Field(default="paged", description="KV-cache allocation")
+    kv_block_tokens: int = Field(default=16, ge=1, description="tokens per KV block when paged (vLLM default 16)")
+    prefix_tokens: int = Field(default=0, ge=0, description="prompt prefix shared by all requests, cached once")
+    attention: Literal["fused", "unfused"] = Field(
+        default="fused", description="FlashAttention-style fused kernels, or eager attention writing the scores")
+    offload: Literal["none", "auto"] = Field(
+        default="none", description="auto: weights that do not fit stay in host memory and stream over the host link")
+    gpu_layers: int | None = Field(
+        default=None, ge=0, description="llama.cpp-style partial offload: layers on the device, the rest on the host CPU")
+    host_cpu: str = Field(default=DEFAULT_HOST_CPU, description="host CPU that runs offloaded layers")
+    draft_model: str | None = Field(default=None, description="speculative decoding: draft model name")
+    draft_tokens: int = Field(default=0, ge=0, le=64, description="speculative decoding: tokens drafted per step (γ)")
+    acceptance: float = Field(default=0.7, ge=0, le=1, description="per-token acceptance rate of drafts (α)")
+    draft_cost: float = Field(
+        default=0.0, ge=0, le=1, description="without a draft model: draft cost per step as a fraction of a target "
+                                             "step (n-gram lookup ~0, EAGLE/MTP heads ~0.05-0.1)")
+
+    concurrency: int = Field(default=0, ge=0, description="closed-loop load: requests kept in flight (0: use batch)")
+    rate: float = Field(default=0.0, ge=0, description="open-loop load: requests per second (0: use batch)")
+    chunked_prefill: int = Field(default=0, ge=0, description="token budget per step for chunked prefill (0: off)")
+
+    @property
+    def under_load(self) -> bool:
+        return bool(self.concurrency or self.rate)
+
+    def columns(self) -> dict:
+        """The arrays :func:`estimator.evaluation.compute.compute_results` reads."""
+        mode = OFFLOAD_MODES["layers"] if self.gpu_layers is not None else OFFLOAD_MODES[self.offload]
+        return {"paged": self.kv_alloc == "paged", "block_tokens": float(self.kv_block_tokens),
+                "prefix_tokens": float(self.prefix_tokens), "fused_attention": self.attention == "fused",
+                "offload": mode, "gpu_layers": float(self.gpu_layers or 0), "spec_tokens": self.draft_tokens,
+                "acceptance": self.acceptance, "draft_cost": self.draft_cost,
+                "concurrency": float(self.concurrency), "rate": self.rate, "chunk_tokens": float(self.chunked_prefill)}
+
+    def check(self, prompts: Iterable[int], models: Iterable[ModelSpec] = (), layouts: Iterable[Layout] = ()) -> None:
+        """Reject combinations that cannot run, saying what would."""
+        if self.concurrency and self.rate:
+            raise ConfigurationError("give the load as --concurrency C (requests in flight) or --rate R "
+                                     "(requests per second), not both")
+        if self.chunked_prefill and not self.under_load:
+            raise ConfigurationError("--chunked-prefill shapes a steady state under load; add --concurrency or --rate")
+        if (self.draft_model or self.draft_cost) and not self.draft_tokens:
+            raise ConfigurationError("speculative decoding needs --draft-tokens G (tokens drafted per step), e.g. 4")
+        if self.gpu_layers is not None:
+            if self.offload != "none":
+                raise ConfigurationError("choose one kind of offload: --offload auto (stream weights over the host "
+                                         "link) or --gpu-layers N (run the other layers on the host CPU)")
+            if any(x.tp * x.pp > 1 for x in layouts):
+                raise ConfigurationError("--gpu-layers splits one device's model with the host CPU; use --gpus 1")
+            too_many = [m.name for m in models if self.gpu_layers > m.shape.num_layers]
+            if too_many:
+                raise ConfigurationError(f"--gpu-layers {self.gpu_layers} exceeds the layer count of {too_many}")
+        if self.prefix_tokens and self.kv_alloc != "paged":
+            raise ConfigurationError("prefix caching shares paged KV blocks; use --kv-alloc paged with --prefix-tokens")
+        short = [p for p in prompts if p <= self.prefix_tokens]
+        if short:
+            raise ConfigurationError(
+                f"the cached prefix ({self.prefix_tokens} tokens) must be shorter than the prompt; got prompts {short}")

@@ -1,0 +1,1 @@
+"""Specs and readers: hardware, models and formats as validated pydantic models, from YAML or config.json."""

@@ -1,0 +1,121 @@
+"""Read a Hugging Face ``config.json`` into a :class:`~estimator.specs.model.ModelSpec`.
+
+Architectures name the same shapes differently (``num_local_experts`` in
+Mixtral, ``num_experts`` in Qwen-MoE, ``n_routed_experts`` in DeepSeek); this
+module maps them onto :class:`~estimator.specs.model.Shape`. Multimodal configs keep
+the language model under ``text_config``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from estimator.errors import DatabaseError
+from estimator.specs.model import MLA, ModelSpec, MoE, Shape
+
+PLAIN_MLP_TYPES = {"gptj", "gpt_neox", "falcon", "gpt2", "phi", "opt", "bloom", "starcoder2"}
+# transformers' PretrainedConfig ties embeddings by default; these architectures' configs default to untied.
+UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3",
+                     "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "llama4_text", "glm4_moe_lite", "gptj"}
+# Llama 4 MoE layers always add one shared expert as wide as a routed one (no config key says so).
+ALWAYS_ONE_SHARED_EXPERT = {"llama4", "llama4_text"}
+
+
+def _first(cfg: dict, *keys, default=None):
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return default
+
+
+def _moe(cfg: dict, layers: int) -> MoE | None:
+    experts = _first(cfg, "num_local_experts", "num_experts", "n_routed_experts")
+    if not experts or experts <= 1:
+        return None
+    per_token = _first(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk")
+    width = _first(cfg, "moe_intermediate_size", default=cfg.get("intermediate_size"))
+    shared = _first(cfg, "n_shared_experts", "num_shared_experts", default=0)
+    shared_width = cfg.get("shared_expert_intermediate_size") or None   # Qwen3-MoE writes 0 for "none"
+    if shared_width and not shared:
+        shared = 1
+    if cfg.get("model_type") in ALWAYS_ONE_SHARED_EXPERT:
+        shared = 1
+    dense = _first(cfg, "first_k_dense_replace", default=0)
+    step = cfg.get("interleave_moe_layer_step") or cfg.get("decoder_sparse_step") or 1
+    dense += (layers - dense) - (layers - dense) // step
+    return MoE(num_experts=experts, experts_per_token=per_token, expert_intermediate_size=width,
+               num_shared_experts=shared, shared_expert_intermediate_size=shared_width, num_dense_layers=dense)
+
+
+def _mla(cfg: dict) -> MLA | None:
+    if not cfg.get("kv_lora_rank"):
+        return None
+    return MLA(kv_lora_rank=cfg["kv_lora_rank"], q_lora_rank=cfg.get("q_lora_rank"),
+               qk_rope_head_dim=cfg["qk_rope_head_dim"], qk_nope_head_dim=cfg["qk_nope_head_dim"],
+               v_head_dim=cfg["v_head_dim"])
+
+
+def _local_layers(cfg: dict, layers: int) -> tuple[int | None, int]:
+    """Sliding-window (or chunked) layers and their window."""
+    if cfg.get("layer_types"):
+        local = sum(t in ("sliding_attention", "chunked_attention") for t in cfg["layer_types"])
+        window = _first(cfg, "sliding_window", "attention_chunk_size")
+        return (window, local) if local else (None, 0)
+    if cfg.get("attention_chunk_size"):  # Llama 4: NoPE global attention every 4th layer
+        period = cfg.get("no_rope_layer_interval", 4)
+        return cfg["attention_chunk_size"], layers - layers // period
+    window = cfg.get("sliding_window")
+    if not window or cfg.get("use_sliding_window") is False:
+        return None, 0
+    pattern = cfg.get("sliding_window_pattern")
+    if pattern:  # Gemma 3: every pattern-th layer is global
+        return window, layers - layers // pattern
+    if cfg.get("model_type") == "gemma2":  # alternating local/global, no key says so
+        return window, layers // 2
+    return window, layers
+
+
+def spec_from_config(cfg: dict, name: str, source: str) -> ModelSpec:
+    """Build a spec from a config.json mapping."""
+    text = cfg.get("text_config") or cfg
+    try:
+        hidden = _first(text, "hidden_size", "n_embd", "d_model")
+        layers = _first(text, "num_hidden_layers", "n_layer", "num_layers")
+        heads = _first(text, "num_attention_heads", "n_head")
+        mla = _mla(text)
+        kv_heads = heads if mla else _first(
+            text, "num_key_value_heads", "num_kv_heads", default=1 if text.get("multi_query") else heads)
+        head_dim = (mla.qk_nope_head_dim + mla.qk_rope_head_dim) if mla else _first(
+            text, "head_dim", default=hidden // heads)
+        window, local = _local_layers(text, layers)
+        shape = Shape(
+            hidden_size=hidden, num_layers=layers, num_attention_heads=heads, num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=_first(text, "intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_dim",
+                                     default=4 * hidden),
+            vocab_size=text["vocab_size"],
+            tie_word_embeddings=bool(_first(
+                text, "tie_word_embeddings",
+                default=cfg.get("tie_word_embeddings", text.get("model_type") not in UNTIED_BY_DEFAULT))),
+            max_context=_first(text, "max_position_embeddings", "n_positions", "seq_length", default=2048),
+            mlp_gated=text.get("model_type") not in PLAIN_MLP_TYPES,
+            sliding_window=window, num_local_layers=local, moe=_moe(text, layers), mla=mla)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DatabaseError(f"{source}: cannot read model shapes from this config.json ({exc}); "
+                            "write a models_db YAML entry instead (see `roofline show model llama-2-7b`)") from None
+    return ModelSpec(name=name, hf_id=name, family=str(text.get("model_type", "unknown")),
+                     config_source=source, shape=shape)
+
+
+def load_config_json(path: str | Path) -> ModelSpec:
+    """Read a local config.json (or a folder holding one)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DatabaseError(f"cannot read {path}: {exc}") from None
+    name = cfg.get("_name_or_path") or path.parent.name or path.stem
+    return spec_from_config(cfg, str(name), f"file://{path.resolve()}")

@@ -1,0 +1,146 @@
+"""Weight and KV-cache formats: bits per element and the data type the math runs in.
+
+Bits per weight include block scales and zero points (docs/formulas.md §1): a group
+of g weights with an fp16 scale adds 16/g bits, another 16/g (or 4/g) for a
+zero point. Embedding and output head are often kept at higher precision, so
+each format states the bits of the linear layers, the output head and the
+embedding table separately.
+
+``compute_dtypes`` is an ordered preference: the first dtype the device has a
+dense peak for is the one prefill and batched decode run at. Weight-only
+formats (W4A16, W8A16, GGUF on GPUs) dequantize to 16 bit and use the bf16/fp16
+peak; W8A8 and FP8/FP4 formats use the low-precision tensor cores where the
+device has them, and fall back to 16-bit math where it does not (e.g. FP8
+checkpoints on A100 run as W8A16 Marlin kernels in vLLM).
+
+``dequant`` names the kernel family; the default efficiency table
+(:mod:`estimator.efficiency.defaults`) gives each family its fraction of peak bandwidth,
+since dequantizing kernels reach a lower fraction than plain 16-bit GEMVs.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from estimator.errors import UnknownNameError
+from estimator.specs.sourced import Frozen
+
+F16_FALLBACK = ("bf16", "fp16", "fp32")
+GGUF_QUANTIZE_README = "https://github.com/ggml-org/llama.cpp/blob/master/tools/quantize/README.md"
+GGML_BLOCKS = "https://github.com/ggml-org/llama.cpp/blob/master/ggml/src/ggml-common.h"
+
+
+class WeightFormat(Frozen):
+    """How weights are stored and which compute they use."""
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    linear_bits: float = Field(gt=0, description="bits per weight of the transformer's linear layers, scales included")
+    experts_only: bool = Field(default=False, description="quantizes only routed MoE experts; other linear layers stay 16-bit")
+    head_bits: float = Field(gt=0, description="bits per weight of the output head")
+    embedding_bits: float = Field(gt=0, description="bits per weight of the input embedding table")
+    compute_dtypes: tuple[str, ...] = Field(description="preferred compute dtypes, first available wins")
+    dequant: str = Field(description="kernel family: native | weight_only | gguf | fp4")
+    basis: str = Field(description="where the bit count comes from")
+
+
+class KVFormat(Frozen):
+    """How KV-cache entries are stored."""
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    bits: float = Field(gt=0)
+    basis: str
+
+
+def _float(name: str, bits: int, dtypes: tuple[str, ...], aliases: tuple[str, ...]) -> WeightFormat:
+    return WeightFormat(name=name, aliases=aliases, linear_bits=bits, head_bits=bits, embedding_bits=bits,
+                        compute_dtypes=dtypes, dequant="native", basis=f"{bits}-bit IEEE/bfloat storage")
+
+
+def _gguf(name: str, linear_bits: float, basis: str, head_bits: float = 6.5625) -> WeightFormat:
+    # llama.cpp keeps output.weight at Q6_K for the k-quant and Q4_0 mixes (llama-quant.cpp);
+    # its CUDA/Metal matmuls dequantize to f16 for prompt processing.
+    return WeightFormat(name=name, aliases=(name.lower().replace("_", "-"),), linear_bits=linear_bits,
+                        head_bits=head_bits, embedding_bits=linear_bits, compute_dtypes=F16_FALLBACK,
+                        dequant="gguf", basis=basis)
+
+
+WEIGHT_FORMATS: tuple[WeightFormat, ...] = (
+    _float("f32", 32, ("fp32",), ("fp32", "float32")),
+    _float("f16", 16, ("fp16", "bf16", "fp32"), ("fp16", "float16", "half")),
+    _float("bf16", 16, ("bf16", "fp16", "fp32"), ("bfloat16",)),
+    WeightFormat(
+        name="fp8", aliases=("w8a8-fp8", "fp8-e4m3", "float8"), linear_bits=8 + 16 / 4096, head_bits=16,
+        embedding_bits=16, compute_dtypes=("fp8", "bf16", "fp16", "fp32"), dequant="native",
+        basis="e4m3 weights with a per-channel fp16 scale (negligible); lm_head and embedding stay bf16 "
+              "(vLLM/ModelOpt FP8 checkpoints); devices without fp8 run W8A16 at 16-bit compute"),
+    WeightFormat(
+        name="int8-w8a8", aliases=("w8a8", "w8a8-int8", "smoothquant"), linear_bits=8 + 16 / 4096,
+        head_bits=16, embedding_bits=16, compute_dtypes=("int8", "bf16", "fp16", "fp32"), dequant="native",
+        basis="int8 weights and activations with per-channel scales (SmoothQuant, arXiv 2211.10438)"),
+    WeightFormat(
+        name="int8-w8a16", aliases=("w8a16", "int8", "int8-weight-only"), linear_bits=8 + 16 / 4096,
+        head_bits=16, embedding_bits=16, compute_dtypes=F16_FALLBACK, dequant="weight_only",
+        basis="int8 weights, per-channel scale, dequantized to 16 bit (gpt-fast int8, bitsandbytes LLM.int8 storage)"),
+    WeightFormat(
+        name="int4-awq", aliases=("awq", "w4a16", "int4", "int4-w4a16"), linear_bits=4 + 16 / 128 + 4 / 128,
+        head_bits=16, embedding_bits=16, compute_dtypes=F16_FALLBACK, dequant="weight_only",
+        basis="4-bit weights, group 128, fp16 scale + packed 4-bit zero per group = 4.156 bits "
+              "(AWQ, arXiv 2306.00978); head and embedding fp16"),
+    WeightFormat(
+        name="int4-gptq", aliases=("gptq", "gptq-int4"), linear_bits=4 + 16 / 128 + 4 / 128,
+        head_bits=16, embedding_bits=16, compute_dtypes=F16_FALLBACK, dequant="weight_only",
+        basis="4-bit weights, group 128, fp16 scale + packed 4-bit zero per group (GPTQ, arXiv 2210.17323)"),
+    WeightFormat(
+        name="nvfp4", aliases=("fp4", "nvfp4-w4a4"), linear_bits=4 + 8 / 16, head_bits=16, embedding_bits=16,
+        compute_dtypes=("fp4", "fp8", "bf16", "fp16"), dequant="fp4",
+        basis="e2m1 values with an fp8 (e4m3) scale per 16 elements = 4.5 bits, plus a negligible per-tensor "
+              "fp32 scale (NVIDIA blog 'Introducing NVFP4', 2025-06); head and embedding bf16"),
+    WeightFormat(
+        name="mxfp4", aliases=("mx-fp4",), linear_bits=4 + 8 / 32, head_bits=16, embedding_bits=16,
+        compute_dtypes=("fp4", "bf16", "fp16"), dequant="fp4",
+        basis="e2m1 values with an e8m0 scale per 32 elements = 4.25 bits (OCP Microscaling spec v1.0); "
+              "head and embedding bf16"),
+    WeightFormat(
+        name="mxfp4-experts", aliases=("mxfp4-moe", "gpt-oss-mxfp4"), linear_bits=4 + 8 / 32, experts_only=True,
+        head_bits=16, embedding_bits=16, compute_dtypes=("fp4", "bf16", "fp16"), dequant="fp4",
+        basis="gpt-oss as released: routed experts in MXFP4 (4.25 bits), attention, router, head and "
+              "embedding in bf16 (OpenAI gpt-oss model card, 2025-08)"),
+    _gguf("Q8_0", 8.5, f"block of 32 int8 + fp16 scale = 34 bytes ({GGML_BLOCKS})", head_bits=8.5),
+    _gguf("Q6_K", 6.5625, f"super-block of 256 = 210 bytes ({GGML_BLOCKS}); file-level 6.56 bpw for Llama-2-7B ({GGUF_QUANTIZE_README})"),
+    _gguf("Q5_K_M", 5.68, f"Q5_K (5.5 bpw) with some tensors in Q6_K: 5.68 bpw for Llama-2-7B ({GGUF_QUANTIZE_README})"),
+    _gguf("Q4_K_M", 4.84, f"Q4_K (4.5 bpw) with half of attn_v/ffn_down in Q6_K: 4.84 bpw for Llama-2-7B ({GGUF_QUANTIZE_README})"),
+    _gguf("Q4_0", 4.5, f"block of 32 4-bit + fp16 scale = 18 bytes ({GGML_BLOCKS})"),
+    _gguf("Q3_K_M", 3.91, f"Q3_K (3.4375 bpw) mixed with Q4_K/Q5_K: 3.91 bpw for Llama-2-7B ({GGUF_QUANTIZE_README})"),
+    _gguf("Q2_K", 3.35, f"Q2_K (2.625 bpw) mixed with Q3_K/Q4_K: 3.35 bpw for Llama-2-7B ({GGUF_QUANTIZE_README})"),
+)
+
+KV_FORMATS: tuple[KVFormat, ...] = (
+    KVFormat(name="f16", aliases=("fp16", "float16", "half", "auto"), bits=16, basis="16-bit cache (vLLM 'auto' for fp16 models)"),
+    KVFormat(name="bf16", aliases=("bfloat16",), bits=16, basis="16-bit cache"),
+    KVFormat(name="fp8", aliases=("fp8_e4m3", "fp8-e4m3", "fp8_e5m2"), bits=8, basis="vLLM --kv-cache-dtype fp8 (per-tensor scale)"),
+    KVFormat(name="int8", aliases=("q8_0",), bits=8.5, basis="int8 with a 16-bit scale per 32 values (llama.cpp q8_0 cache)"),
+    KVFormat(name="q4", aliases=("q4_0", "int4"), bits=4.5, basis="4-bit with a 16-bit scale per 32 values (llama.cpp q4_0 cache)"),
+)
+
+
+def _lookup(table: tuple, kind: str, name: str):
+    from estimator.specs.database import normalize
+
+    key = normalize(name)
+    for entry in table:
+        if key in {normalize(entry.name), *map(normalize, entry.aliases)}:
+            return entry
+    known = ", ".join(e.name for e in table)
+    raise UnknownNameError(f"unknown {kind} format {name!r}. Known: {known}.")
+
+
+def weight_format(name: str) -> WeightFormat:
+    """Find a weight format by name or alias, case- and punctuation-insensitively."""
+    return _lookup(WEIGHT_FORMATS, "weight", name)
+
+
+def kv_format(name: str) -> KVFormat:
+    """Find a KV-cache format by name or alias."""
+    return _lookup(KV_FORMATS, "KV-cache", name)

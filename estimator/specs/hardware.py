@@ -1,0 +1,149 @@
+"""Hardware specs: one YAML file per device in ``hardware_db/``, validated on load.
+
+The YAML keeps datasheet numbers as published (value, unit, source); the
+properties below convert them to base units once, for the arrays the timing
+code works on. Peak throughputs are **dense** (never the with-sparsity figure)
+and, for GeForce cards, the tensor rate with FP32 accumulation, which is what
+PyTorch and inference kernels use (docs/formulas.md §4, §12.5).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import Field, model_validator
+
+from estimator.specs.sourced import Frozen, Quantity
+from estimator.units import BITS_PER_BYTE
+
+# Data types a peak throughput may be given for, narrowest last.
+COMPUTE_DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "fp6", "fp4", "int4")
+
+
+class DeviceClass(str, Enum):
+    datacenter_gpu = "datacenter_gpu"
+    workstation_gpu = "workstation_gpu"
+    consumer_gpu = "consumer_gpu"
+    soc_unified = "soc_unified"
+    accelerator = "accelerator"   # non-GPU AI accelerators such as Intel Gaudi
+    cpu = "cpu"
+
+
+class MemoryType(str, Enum):
+    HBM2 = "HBM2"
+    HBM2e = "HBM2e"
+    HBM3 = "HBM3"
+    HBM3e = "HBM3e"
+    GDDR6 = "GDDR6"
+    GDDR6X = "GDDR6X"
+    GDDR7 = "GDDR7"
+    LPDDR4X = "LPDDR4X"
+    LPDDR5 = "LPDDR5"
+    LPDDR5X = "LPDDR5X"
+    DDR4 = "DDR4"
+    DDR5 = "DDR5"
+    MRDIMM = "MRDIMM"
+    unknown = "unknown"   # only for devices built from a calibration profile
+
+
+class Memory(Frozen):
+    """Main memory of one device (for a CPU: one socket)."""
+
+    type: MemoryType
+    capacity: Quantity
+    bandwidth: Quantity = Field(description="peak, per device")
+    bus_width: Quantity | None = Field(default=None, description="bits")
+    data_rate: Quantity | None = Field(default=None, description="per pin, Gbps or MT/s")
+
+    @model_validator(mode="after")
+    def _units_and_consistency(self) -> "Memory":
+        self.capacity.require("bytes", "memory.capacity")
+        self.bandwidth.require("bytes_per_s", "memory.bandwidth")
+        if self.bus_width is not None:
+            self.bus_width.require("bits", "memory.bus_width")
+        if self.data_rate is not None:
+            self.data_rate.require("bits_per_s_per_pin", "memory.data_rate")
+        return self
+
+    @property
+    def derived_bandwidth_bytes_per_s(self) -> float | None:
+        """Bus width × per-pin data rate, when both are published."""
+        if self.bus_width is None or self.data_rate is None:
+            return None
+        return self.bus_width.base * self.data_rate.base / BITS_PER_BYTE
+
+
+class Link(Frozen):
+    """A host or scale-up link; bandwidth is per device and per direction."""
+
+    kind: str = Field(description="e.g. 'PCIe 5.0 x16', 'NVLink 4', 'NVLink-C2C', 'Infinity Fabric'")
+    bandwidth: Quantity = Field(description="per device, one direction")
+
+    @model_validator(mode="after")
+    def _unit(self) -> "Link":
+        self.bandwidth.require("bytes_per_s", "link.bandwidth")
+        return self
+
+
+class Price(Frozen):
+    """A published price: purchase (USD) or cloud rental (USD/h), with its date."""
+
+    value: float = Field(gt=0)
+    unit: str = Field(pattern=r"^USD(/h)?$")
+    date: str = Field(pattern=r"^\d{4}-\d{2}(-\d{2})?$", description="YYYY-MM or YYYY-MM-DD")
+    kind: str = Field(description="msrp | street | cloud_on_demand")
+    source: str = Field(min_length=8)
+
+
+class Hardware(Frozen):
+    """One device as its datasheet describes it."""
+
+    name: str
+    aliases: list[str] = Field(default_factory=list, description="short names and the exact NVML names")
+    vendor: str
+    device_class: DeviceClass
+    release_year: Quantity
+    memory: Memory
+    dense_peak: dict[str, Quantity] = Field(description="dense peak throughput per compute dtype")
+    cache: Quantity | None = Field(default=None, description="last-level on-chip cache (L2, Infinity Cache, SLC)")
+    host_link: Link | None = None
+    scale_up_link: Link | None = None
+    tdp: Quantity
+    price: Price | None = Field(default=None, description="purchase price (USD): msrp or street")
+    cloud_price: Price | None = Field(default=None, description="on-demand rental per device-hour (USD/h)")
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "Hardware":
+        unknown = set(self.dense_peak) - set(COMPUTE_DTYPES)
+        if unknown:
+            raise ValueError(f"dense_peak: unknown dtypes {sorted(unknown)}; use {COMPUTE_DTYPES}")
+        for dtype, peak in self.dense_peak.items():
+            peak.require("flops_per_s", f"dense_peak.{dtype}")
+        if self.cache is not None:
+            self.cache.require("bytes", "cache")
+        self.tdp.require("watts", "tdp")
+        if self.price is not None and self.price.unit != "USD":
+            raise ValueError("price: a purchase price in USD; rental prices go in cloud_price (USD/h)")
+        if self.cloud_price is not None and self.cloud_price.unit != "USD/h":
+            raise ValueError("cloud_price: USD/h per device")
+        return self
+
+    @property
+    def memory_capacity_bytes(self) -> float:
+        return self.memory.capacity.base
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        return self.memory.bandwidth.base
+
+    def peak_flops_per_s(self, dtype: str) -> float | None:
+        """Dense peak for ``dtype``, or None when the device does not publish one."""
+        peak = self.dense_peak.get(dtype)
+        return None if peak is None else peak.base
+
+    @property
+    def ridge_point_flops_per_byte(self) -> float:
+        """Arithmetic intensity where bf16 (or fp16) compute meets bandwidth."""
+        peak = self.peak_flops_per_s("bf16") or self.peak_flops_per_s("fp16") or self.peak_flops_per_s("fp32")
+        return peak / self.memory_bandwidth_bytes_per_s

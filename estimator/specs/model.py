@@ -1,0 +1,100 @@
+"""Model specs: one YAML file per model in ``models_db/``, or a local ``config.json``.
+
+Shapes use the names of Hugging Face ``config.json`` where one exists; the
+mapping from each architecture's own key names is in :mod:`estimator.specs.config_json`.
+Parameter counts are computed from the shapes (never typed in), and a test
+checks them against the published counts.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from estimator.specs.sourced import Frozen
+
+
+class MoE(Frozen):
+    """Mixture-of-experts feed-forward layers."""
+
+    num_experts: int = Field(gt=1, description="routed experts per MoE layer (E)")
+    experts_per_token: int = Field(gt=0, description="routed experts each token uses (k)")
+    expert_intermediate_size: int = Field(gt=0, description="width of one routed expert's MLP (d_e)")
+    num_shared_experts: int = Field(default=0, ge=0, description="always-active experts (E_sh)")
+    shared_expert_intermediate_size: int | None = Field(
+        default=None, gt=0, description="width of one shared expert; defaults to expert_intermediate_size")
+    num_dense_layers: int = Field(default=0, ge=0, description="layers with a dense MLP instead of experts (DeepSeek first_k_dense_replace)")
+
+    @model_validator(mode="after")
+    def _k_le_e(self) -> "MoE":
+        if self.experts_per_token > self.num_experts:
+            raise ValueError(f"experts_per_token={self.experts_per_token} exceeds num_experts={self.num_experts}")
+        return self
+
+    @property
+    def shared_width(self) -> int:
+        return self.shared_expert_intermediate_size or self.expert_intermediate_size
+
+
+class MLA(Frozen):
+    """Multi-head latent attention (DeepSeek-V2/V3): a compressed KV latent per token."""
+
+    kv_lora_rank: int = Field(gt=0, description="latent width d_c")
+    q_lora_rank: int | None = Field(default=None, gt=0, description="query low-rank width; None = full-rank query")
+    qk_rope_head_dim: int = Field(gt=0, description="decoupled RoPE key width d_r")
+    qk_nope_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0)
+
+
+class Shape(Frozen):
+    """Architecture shapes, as in config.json."""
+
+    hidden_size: int = Field(gt=0, description="d")
+    num_layers: int = Field(gt=0, description="L (num_hidden_layers)")
+    num_attention_heads: int = Field(gt=0, description="n_h")
+    num_kv_heads: int = Field(gt=0, description="n_kv (num_key_value_heads)")
+    head_dim: int = Field(gt=0, description="d_h, from config, never hidden/heads")
+    intermediate_size: int = Field(gt=0, description="dense MLP width d_ff")
+    vocab_size: int = Field(gt=0)
+    tie_word_embeddings: bool
+    max_context: int = Field(gt=0, description="max_position_embeddings")
+    mlp_gated: bool = Field(default=True, description="SwiGLU/GeGLU: 3 matrices; plain MLP: 2")
+    sliding_window: int | None = Field(default=None, gt=0, description="window of the local layers, tokens")
+    num_local_layers: int = Field(default=0, ge=0, description="layers that attend within sliding_window (chunked attention counts too)")
+    moe: MoE | None = None
+    mla: MLA | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Shape":
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(f"num_attention_heads={self.num_attention_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
+        if self.num_local_layers > self.num_layers:
+            raise ValueError(f"num_local_layers={self.num_local_layers} exceeds num_layers={self.num_layers}")
+        if self.num_local_layers and self.sliding_window is None:
+            raise ValueError("num_local_layers is set but sliding_window is not")
+        if self.moe is not None and self.moe.num_dense_layers > self.num_layers:
+            raise ValueError("moe.num_dense_layers exceeds num_layers")
+        return self
+
+
+class PublishedParams(Frozen):
+    """Parameter counts as the model's authors publish them, in billions."""
+
+    total_billion: float = Field(gt=0)
+    active_billion: float | None = Field(default=None, gt=0, description="MoE only")
+    active_includes_embedding: bool = Field(
+        default=True, description="False where the authors' active count leaves out the input embedding table")
+    source: str = Field(min_length=8)
+    note: str | None = None
+
+
+class ModelSpec(Frozen):
+    """A model: identity, shapes and where they come from."""
+
+    name: str
+    hf_id: str
+    aliases: list[str] = Field(default_factory=list)
+    family: str
+    config_source: str = Field(min_length=8, description="URL of the config.json the shapes are copied from")
+    published_params: PublishedParams | None = None
+    shape: Shape
+    notes: str | None = None

@@ -1,0 +1,1 @@
+"""Validation: the published dataset, predict, the engine fit, cross-validation and local measurement."""

@@ -1,0 +1,70 @@
+"""The published-measurements dataset shipped in ``measurements_db/`` (one CSV per collection)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from importlib import resources
+
+from estimator.errors import DatabaseError
+from estimator.validation.predict import METRICS
+
+COLUMNS = ("id", "source", "url", "framework", "hardware", "n_gpus", "model", "params_b", "active_params_b",
+           "weight_format", "kv_format", "batch", "input_len", "output_len", "metric", "value", "unit", "notes")
+# Rows their collector flagged as doubtful (far out of line with the same GPU's other results, or read
+# from a single unconfirmed transcription) stay in the dataset for the record but are left out of
+# fitting and of the reported error.
+DOUBT_MARKS = ("SUSPECT", "UNVERIFIED")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    rows: list[dict]
+    files: list[str]
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted({r["source"] for r in self.rows})
+
+    def usable(self) -> list[dict]:
+        """Rows for fitting and error figures: a positive value, not flagged as doubtful."""
+        return [r for r in self.rows
+                if not any(mark in r.get("notes", "") for mark in DOUBT_MARKS) and _positive(r.get("value"))]
+
+
+def _positive(text) -> bool:
+    try:
+        return float(text) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def load_dataset() -> Dataset:
+    """Every CSV in measurements_db, checked for its columns, unique ids, a URL and a known metric."""
+    rows, files, seen = [], [], set()
+    for path in sorted(p for p in resources.files("measurements_db").iterdir() if p.name.endswith(".csv")):
+        reader = csv.DictReader(io.StringIO(path.read_text()))
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise DatabaseError(f"measurements_db/{path.name}: missing columns {missing}")
+        for row in reader:
+            problem = _row_problem(row, seen)
+            if problem:
+                raise DatabaseError(f"measurements_db/{path.name}, row {row.get('id')!r}: {problem}")
+            seen.add(row["id"])
+            rows.append({**row, "file": path.name})
+        files.append(path.name)
+    return Dataset(rows, files)
+
+
+def _row_problem(row: dict, seen: set) -> str | None:
+    if not row.get("id") or row["id"] in seen:
+        return "missing or duplicate id"
+    if not (row.get("url") or "").startswith("http"):
+        return "no source URL"
+    if row.get("metric") not in METRICS:
+        return f"unknown metric {row.get('metric')!r}"
+    if not row.get("source"):
+        return "no source id"
+    return None
