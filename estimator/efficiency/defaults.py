@@ -104,7 +104,7 @@ def bandwidth_scale_by_class(engine: EngineDefaults) -> np.ndarray:
 
 
 _HBM_TYPES = {MemoryType.HBM2, MemoryType.HBM2e, MemoryType.HBM3, MemoryType.HBM3e}
-_GDDR_TYPES = {MemoryType.GDDR6, MemoryType.GDDR6X, MemoryType.GDDR7}
+_GDDR_TYPES = {MemoryType.GDDR5, MemoryType.GDDR5X, MemoryType.GDDR6, MemoryType.GDDR6X, MemoryType.GDDR7}
 
 
 def device_defaults(hw: Hardware) -> DeviceDefaults:
