@@ -16,9 +16,17 @@ checkpoints on A100 run as W8A16 Marlin kernels in vLLM).
 ``dequant`` names the kernel family; the default efficiency table
 (:mod:`estimator.efficiency.defaults`) gives each family its fraction of peak bandwidth,
 since dequantizing kernels reach a lower fraction than plain 16-bit GEMVs.
+
+Some names carry their parameters and are built on lookup (:data:`PARAMETRIC`):
+``exl2-4.65bpw``, ``exl3-4.0bpw``, any ``<N>bpw``, ``mlx-q4-g32``, ``hqq-4bit-g128``.
+A checkpoint read from disk gets a format of its own whose bits reproduce its stored
+bytes part by part (``dense_linear_bits``, ``expert_linear_bits``; see
+:mod:`estimator.specs.stored`).
 """
 
 from __future__ import annotations
+
+import re
 
 from pydantic import Field
 
@@ -42,6 +50,24 @@ class WeightFormat(Frozen):
     compute_dtypes: tuple[str, ...] = Field(description="preferred compute dtypes, first available wins")
     dequant: str = Field(description="kernel family: native | weight_only | gguf | fp4")
     basis: str = Field(description="where the bit count comes from")
+    dense_linear_bits: float | None = Field(
+        default=None, gt=0, description="bits of the always-streamed linear weights (attention, dense MLPs, shared "
+                                        "experts, routers) where they differ from linear_bits (a checkpoint on disk)")
+    expert_linear_bits: float | None = Field(
+        default=None, gt=0,
+        description="bits of the routed experts where they differ from linear_bits (a checkpoint on disk)")
+
+    @property
+    def dense_bits(self) -> float:
+        """Bits per weight of the linear layers every token uses (β_dense, docs/formulas.md §1)."""
+        if self.dense_linear_bits is not None:
+            return self.dense_linear_bits
+        return 16.0 if self.experts_only else self.linear_bits
+
+    @property
+    def expert_bits(self) -> float:
+        """Bits per weight of the routed experts (β_expert, docs/formulas.md §1)."""
+        return self.linear_bits if self.expert_linear_bits is None else self.expert_linear_bits
 
 
 class KVFormat(Frozen):
@@ -64,6 +90,86 @@ def _gguf(name: str, linear_bits: float, basis: str, head_bits: float = 6.5625) 
     return WeightFormat(name=name, aliases=(name.lower().replace("_", "-"),), linear_bits=linear_bits,
                         head_bits=head_bits, embedding_bits=linear_bits, compute_dtypes=F16_FALLBACK,
                         dequant="gguf", basis=basis)
+
+
+# QLoRA double quantization: 8-bit absmax per 64 weights, an fp32 constant per 256 absmax values.
+NF4_DQ_BITS = 4 + 8 / 64 + 32 / (64 * 256)
+# -b (target average bits per weight) and -hb (head bits) as each converter documents its arguments.
+EXL2_DOC = "https://github.com/turboderp/exllamav2, convert.py -b/-hb"
+EXL3_DOC = "https://github.com/turboderp-org/exllamav3, convert.py -b/-hb"
+
+
+def _mlx(bits: int, group: int) -> WeightFormat:
+    # mlx.core.quantize (affine mode) stores, per group of `group` weights, a scale and a bias in the model's
+    # 16-bit dtype; mlx_lm.convert quantizes every Linear and Embedding, lm_head and the token table included.
+    return WeightFormat(
+        name=f"mlx-q{bits}" + ("" if group == 64 else f"-g{group}"),
+        aliases=(f"mlx-q{bits}-g{group}", f"mlx-{bits}bit"),
+        linear_bits=bits + 32 / group, head_bits=bits + 32 / group, embedding_bits=bits + 32 / group,
+        compute_dtypes=F16_FALLBACK, dequant="weight_only",
+        basis=f"MLX affine quantization (mlx.core.quantize, mlx_lm.convert --q-bits {bits} --q-group-size {group}): "
+              f"{bits}-bit weights + a 16-bit scale and bias per group of {group} = {bits} + 32/{group} bits; "
+              "embedding and lm_head quantized too")
+
+
+def _hqq(bits: int, group: int) -> WeightFormat:
+    # hqq >= 0.2 keeps scale and zero unquantized (quant_zero = quant_scale = False) in fp16, one pair per group.
+    return WeightFormat(
+        name=f"hqq-{bits}bit" + ("" if group == 64 else f"-g{group}"), aliases=(f"hqq-{bits}bit-g{group}",),
+        linear_bits=bits + 32 / group, head_bits=16, embedding_bits=16, compute_dtypes=F16_FALLBACK,
+        dequant="weight_only",
+        basis=f"HQQ (mobiusml/hqq BaseQuantizeConfig nbits={bits}, group_size={group}): {bits}-bit weights + fp16 "
+              f"scale and fp16 zero per group = {bits} + 32/{group} bits; lm_head and embedding 16-bit "
+              "(transformers HqqConfig)")
+
+
+def _exl(version: int, bpw: float) -> WeightFormat:
+    # The converter's -b is the target average over the quantized linear layers, scales included;
+    # both keep the embedding table unquantized (16-bit).
+    head, doc = (6.3, EXL2_DOC) if version == 2 else (6.0, EXL3_DOC)
+    head_note = ("lm_head at the default -hb 6, 'about 6.3 bits' mixed precision" if version == 2
+                 else "lm_head at the default -hb 6 bits")
+    return WeightFormat(
+        name=f"exl{version}-{bpw:g}bpw", linear_bits=bpw, head_bits=head, embedding_bits=16,
+        compute_dtypes=F16_FALLBACK, dequant="weight_only",
+        basis=f"EXL{version} at -b {bpw:g}: average bits per weight of the linear layers, scales included; "
+              f"{head_note}; embedding 16-bit ({doc})")
+
+
+def _any_bpw(bpw: float) -> WeightFormat:
+    return WeightFormat(
+        name=f"{bpw:g}bpw", linear_bits=bpw, head_bits=16, embedding_bits=16, compute_dtypes=F16_FALLBACK,
+        dequant="weight_only",
+        basis=f"{bpw:g} bits per weight on every linear layer, as given (an average with scales included); "
+              "head and embedding 16-bit; dequantized to 16 bit")
+
+
+_NUMBER = r"(\d+(?:\.\d+)?)"
+PARAMETRIC = (   # (pattern on the lower-cased name, builder, what a user writes)
+    (re.compile(rf"exl([23])[-_ ]?{_NUMBER}\s*(?:bpw|b)?"), lambda m: _exl(int(m[1]), float(m[2])),
+     "exl2-4.65bpw, exl3-4.0bpw"),
+    (re.compile(rf"{_NUMBER}\s*-?bpw"), lambda m: _any_bpw(float(m[1])), "<N>bpw (e.g. 3.5bpw)"),
+    (re.compile(r"mlx[-_ ]?q?([234568])(?:bit)?(?:[-_ ]?g(32|64|128))?"), lambda m: _mlx(int(m[1]), int(m[2] or 64)),
+     "mlx-q4, mlx-q8, mlx-q4-g32"),
+    (re.compile(r"hqq[-_ ]?([1-8])[-_ ]?(?:bits?|b)?(?:[-_ ]?g(\d+))?"), lambda m: _hqq(int(m[1]), int(m[2] or 64)),
+     "hqq-4bit, hqq-4bit-g128"),
+)
+
+
+def parametric_weight_format(name: str) -> WeightFormat | None:
+    """A format whose name carries its parameters (``exl2-4.65bpw``, ``mlx-q4-g32``), or None."""
+    key = name.strip().lower()
+    for pattern, build, _ in PARAMETRIC:
+        match = pattern.fullmatch(key)
+        if match:
+            try:
+                found = build(match)
+            except ValueError:   # pydantic refuses 0 bits
+                found = None
+            if found is None or found.linear_bits > 32:
+                raise UnknownNameError(f"weight format {name!r}: bits per weight must be above 0 and at most 32")
+            return found
+    return None
 
 
 WEIGHT_FORMATS: tuple[WeightFormat, ...] = (
@@ -114,6 +220,26 @@ WEIGHT_FORMATS: tuple[WeightFormat, ...] = (
     _gguf("Q4_0", 4.5, f"block of 32 4-bit + fp16 scale = 18 bytes ({GGML_BLOCKS})"),
     _gguf("Q3_K_M", 3.91, f"Q3_K (3.4375 bpw) mixed with Q4_K/Q5_K: 3.91 bpw for Llama-2-7B ({GGUF_QUANTIZE_README})"),
     _gguf("Q2_K", 3.35, f"Q2_K (2.625 bpw) mixed with Q3_K/Q4_K: 3.35 bpw for Llama-2-7B ({GGUF_QUANTIZE_README})"),
+    WeightFormat(
+        name="nf4", aliases=("bnb-nf4", "bnb-4bit", "bitsandbytes-nf4", "nf4-dq", "qlora"),
+        linear_bits=NF4_DQ_BITS, head_bits=16, embedding_bits=16, compute_dtypes=F16_FALLBACK, dequant="weight_only",
+        basis="bitsandbytes NF4 with double quantization (QLoRA, arXiv 2305.14314 §3): 4-bit codes, an absmax per "
+              "block of 64 quantized to 8 bits, and an fp32 constant per 256 absmax values = 4 + 8/64 + 32/(64·256) "
+              "= 4.127 bits; lm_head and embedding stay 16-bit (transformers skips them); dequantized to bf16"),
+    WeightFormat(
+        name="nf4-nodq", aliases=("bnb-nf4-nodq", "nf4-no-double-quant"), linear_bits=4 + 32 / 64, head_bits=16,
+        embedding_bits=16, compute_dtypes=F16_FALLBACK, dequant="weight_only",
+        basis="bitsandbytes NF4 without double quantization (the transformers default): 4-bit codes + fp32 absmax "
+              "per block of 64 = 4.5 bits (QLoRA, arXiv 2305.14314 §3); lm_head and embedding 16-bit"),
+    WeightFormat(
+        name="bnb-int8", aliases=("llm.int8", "llm-int8", "bnb-8bit", "bitsandbytes-int8"),
+        linear_bits=8 + 32 / 4096, head_bits=16, embedding_bits=16, compute_dtypes=("int8", "fp16", "bf16", "fp32"),
+        dequant="weight_only",
+        basis="bitsandbytes LLM.int8() (arXiv 2208.07339): int8 weights + an fp32 scale per output row (SCB), "
+              "8 + 32/K bits, K = 4096 taken as a typical input width; int8 matmul with fp16 outlier columns; "
+              "lm_head and embedding 16-bit"),
+    *(_mlx(bits, 64) for bits in (4, 8)),
+    _hqq(4, 64),
 )
 
 KV_FORMATS: tuple[KVFormat, ...] = (
@@ -137,8 +263,23 @@ def _lookup(table: tuple, kind: str, name: str):
 
 
 def weight_format(name: str) -> WeightFormat:
-    """Find a weight format by name or alias, case- and punctuation-insensitively."""
-    return _lookup(WEIGHT_FORMATS, "weight", name)
+    """Find a weight format by name or alias, case- and punctuation-insensitively, or by a parametric name.
+
+    Examples
+    --------
+    How many bits per weight does an EXL2 4.65 bpw quant store, and MLX 4-bit with groups of 32?
+
+    >>> weight_format("exl2-4.65bpw").linear_bits, weight_format("mlx-q4-g32").linear_bits
+    (4.65, 5.0)
+    """
+    try:
+        return _lookup(WEIGHT_FORMATS, "weight", name)
+    except UnknownNameError as exc:
+        found = parametric_weight_format(name)
+        if found is None:
+            patterns = "; ".join(example for _, _, example in PARAMETRIC)
+            raise UnknownNameError(f"{exc} Parametric names: {patterns}.") from None
+        return found
 
 
 def kv_format(name: str) -> KVFormat:
