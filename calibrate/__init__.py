@@ -10,9 +10,11 @@ INSTALL_HINT = "pip install 'llm-roofline[calibrate]'"  # torch==2.13.0 (CPU bui
 
 
 def require_torch():
-    """Import torch, or fail with the exact command that installs the calibration extra."""
+    """Import torch, or fail with a user error that names the exact command installing the calibration extra."""
+    from estimator.errors import ConfigurationError
+
     try:
         import torch
     except ImportError:
-        raise ImportError(f"calibration needs torch and pynvml; install them with: {INSTALL_HINT}") from None
+        raise ConfigurationError(f"measuring needs torch and pynvml; install them with: {INSTALL_HINT}") from None
     return torch

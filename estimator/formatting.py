@@ -1,13 +1,26 @@
-"""Numbers and tables as text: prefixes at the edge (base units come in, strings go out)."""
+"""Numbers and tables as text: prefixes at the edge (base units come in, strings go out).
+
+A number that is not finite is never printed: text shows "n/a" and JSON holds null.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Sequence
 
 from estimator.units import GB, KB, MB
 
+NOT_AVAILABLE = "n/a"
+
+
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(value)
+
 
 def seconds(value: float) -> str:
+    if not _finite(value):
+        return NOT_AVAILABLE
     if value >= 1:
         return f"{value:.2f} s"
     if value >= 1e-3:
@@ -16,11 +29,15 @@ def seconds(value: float) -> str:
 
 
 def rate(value: float) -> str:
+    if not _finite(value):
+        return NOT_AVAILABLE
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
 def gigabytes(value: float) -> str:
     """Decimal bytes with a prefix that keeps small terms readable."""
+    if not _finite(value):
+        return NOT_AVAILABLE
     if value >= 0.1 * GB or value == 0:
         return f"{value / GB:.2f} GB"
     if value >= 0.1 * MB:
@@ -46,3 +63,21 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None, in
 
 def _numeric(cell: str) -> bool:
     return bool(cell) and (cell[0].isdigit() or cell[0] in "-+.") and any(ch.isdigit() for ch in cell)
+
+
+def _json_ready(data):
+    """``data`` made JSON-ready: numpy scalars and arrays become Python numbers and lists, NaN and inf None."""
+    if hasattr(data, "tolist"):  # numpy scalar or array
+        data = data.tolist()
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {str(k): _json_ready(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_json_ready(v) for v in data]
+    return data
+
+
+def to_json(data, indent: int | None = 2) -> str:
+    """Strict JSON (no NaN or Infinity, which JSON does not have): non-finite numbers are null."""
+    return json.dumps(_json_ready(data), indent=indent, allow_nan=False)

@@ -51,32 +51,35 @@ def test_model_that_does_not_fit_says_need_and_have(capsys):
 
 def test_unknown_gpu_lists_closest_names(capsys):
     code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "RTX 4009")
-    assert code == 1
-    assert err.startswith("UnknownNameError: unknown gpu 'RTX 4009'") and "RTX 4090" in err
+    assert code == 2
+    assert err.startswith("roofline estimate: error: unknown gpu 'RTX 4009'") and "RTX 4090" in err
+    assert len(err.splitlines()) == 1 and "UnknownNameError" not in err
 
 
 def test_unknown_model_and_format_are_clear_errors(capsys):
     code, _, err = cli(capsys, "estimate", "--model", "lama-3-8b", "--gpu", "h100")
-    assert code == 1 and "Closest:" in err and "Llama-3-8B" in err
+    assert code == 2 and "Closest:" in err and "Llama-3-8B" in err
     code, _, err = cli(capsys, "estimate", "--model", "llama-3-8b", "--gpu", "h100", "--format", "int3")
-    assert code == 1 and "unknown weight format 'int3'" in err and "Q4_K_M" in err
+    assert code == 2 and "unknown weight format 'int3'" in err and "Q4_K_M" in err
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--batch", "0"], "batch must be a whole number >= 1"),
-    (["--prompt", "0"], "prompt tokens must be a whole number >= 1"),
+    (["--batch", "0"], "argument --batch: expected a whole number from 1 to 1,000,000,000, got '0'"),
+    (["--prompt", "0"], "argument --prompt: expected a whole number from 1"),
     (["--gpus", "3"], "cannot split evenly"),
 ])
 def test_impossible_workloads_are_rejected(capsys, argv, message):
     code, out, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", *argv)
-    assert code == 1 and message in err and "Traceback" not in err + out
+    assert code == 2 and message in err and "Traceback" not in err + out and len(err.splitlines()) == 1
 
 
-def test_non_integer_argument_is_an_argparse_error(capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--batch", "two"])
-    assert exc.value.code == 2
-    assert "invalid int value: 'two'" in capsys.readouterr().err
+def test_a_bad_flag_value_is_one_line_with_exit_code_2(capsys):
+    code, out, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--batch", "two")
+    assert code == 2 and out == ""
+    assert err == ("roofline estimate: error: argument --batch: expected a whole number from 1 to 1,000,000,000, "
+                   "got 'two' (see roofline estimate --help)\n")
+    code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--network-gbps", "nan")
+    assert code == 2 and "argument --network-gbps: expected a number from 0.001 to 1e+06, got 'nan'" in err
 
 
 def test_list_and_filters(capsys):
@@ -148,7 +151,7 @@ def test_predict_never_overwrites_without_force(capsys, tmp_path):
                                       "model": "llama-3.1-8b", "weight_format": "bf16", "kv_format": "",
                                       "batch": "1", "input_len": "8", "output_len": "8", "metric": "itl_ms"}])
     code, _, err = cli(capsys, "predict", "--csv", str(tmp_path / "in.csv"), "--out", str(tmp_path / "out.csv"))
-    assert code == 1 and "--force" in err and (tmp_path / "out.csv").read_text() == "precious"
+    assert code == 2 and "--force" in err and (tmp_path / "out.csv").read_text() == "precious"
     code, _, _ = cli(capsys, "predict", "--csv", str(tmp_path / "in.csv"), "--out", str(tmp_path / "out.csv"),
                      "--force")
     assert code == 0 and "precious" not in (tmp_path / "out.csv").read_text()
@@ -157,7 +160,7 @@ def test_predict_never_overwrites_without_force(capsys, tmp_path):
 def test_predict_rejects_a_csv_without_required_columns(capsys, tmp_path):
     (tmp_path / "in.csv").write_text("id,model\n1,llama-3.1-8b\n")
     code, _, err = cli(capsys, "predict", "--csv", str(tmp_path / "in.csv"), "--out", str(tmp_path / "o.csv"))
-    assert code == 1 and "missing columns" in err
+    assert code == 2 and "missing columns" in err
 
 
 @pytest.mark.skipif(shutil.which("roofline") is None, reason="console script not installed")
@@ -171,7 +174,8 @@ def test_check_validates_and_compares_counts(capsys, tmp_path):
     assert code == 0 and "all valid" in out and "Mixtral-8x7B" in out
     (tmp_path / "bad.yaml").write_text("name: x\nshape: {hidden_size: -1}\n")
     code, _, err = cli(capsys, "check", "--db", str(tmp_path))
-    assert code == 1 and err.startswith("DatabaseError:") and "bad.yaml" in err
+    assert code == 2 and err.startswith("roofline check: error: ") and "bad.yaml" in err
+    assert len(err.splitlines()) == 1 and "shape.hidden_size = -1: Input should be greater than 0" in err
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -183,7 +187,7 @@ def test_check_validates_and_compares_counts(capsys, tmp_path):
 ])
 def test_impossible_layouts_are_rejected(capsys, argv, message):
     code, out, err = cli(capsys, "estimate", "--gpu", "h100", *argv)
-    assert code == 1 and message in err and "Traceback" not in err
+    assert code == 2 and message in err and "Traceback" not in err
 
 
 def test_layout_flags_reach_the_json(capsys):
@@ -196,11 +200,12 @@ def test_layout_flags_reach_the_json(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--kv-alloc", "contiguous", "--prefix-tokens", "100"], "prefix caching shares paged KV blocks"),
     (["--prefix-tokens", "600", "--prompt", "512"], "must be shorter than the prompt"),
-    (["--kv-block", "0"], "invalid serving options: kv_block_tokens"),
+    (["--kv-block", "0"], "argument --kv-block: expected a whole number from 1"),
+    (["--kv-alloc", "contiguous", "--kv-block", "32"], "--kv-block: sizes paged KV blocks"),
 ])
 def test_bad_serving_options(capsys, argv, message):
     code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", *argv)
-    assert code == 1 and message in err
+    assert code == 2 and message in err
 
 
 def test_serving_options_reach_json(capsys):
@@ -219,7 +224,7 @@ def test_serving_options_reach_json(capsys):
 ])
 def test_bad_offload_options(capsys, argv, message):
     code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "rtx 4090", *argv)
-    assert code == 1 and message in err
+    assert code == 2 and message in err
 
 
 def test_offload_report_and_json(capsys):
@@ -239,6 +244,7 @@ def test_load_options(capsys):
     data = json.loads(out)
     assert data["saturated"] is True and data["ttft_s"] is None and data["max_rate"] > 0
     code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--chunked-prefill", "512")
-    assert code == 1 and "add --concurrency or --rate" in err
-    with pytest.raises(SystemExit):
-        main(["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--rate", "1", "--concurrency", "2"])
+    assert code == 2 and "add --concurrency or --rate" in err
+    code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--rate", "1",
+                       "--concurrency", "2")
+    assert code == 2 and "not allowed with argument" in err

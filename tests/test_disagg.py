@@ -64,5 +64,5 @@ def test_cli(capsys):
     assert main(argv + ["--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {"disaggregated", "aggregated", "fewest_devices"} <= data.keys()
-    assert main(["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--prefill-gpus", "1"]) == 1
+    assert main(["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--prefill-gpus", "1"]) == 2
     assert "needs --prefill-gpus X, --decode-gpus Y and --rate R" in capsys.readouterr().err

@@ -76,5 +76,5 @@ def test_speculation_command_prints_the_grid_and_saves_the_plot(tmp_path, capsys
     assert main(["speculation", "--model", "llama-3.1-8b", "--gpu", "l4", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "γ = 4" in text and "α=0.8" in text and out.stat().st_size > 10_000
-    assert main(["speculation", "--model", "llama-3.1-8b", "--gpu", "l4", "--out", str(out)]) == 1
+    assert main(["speculation", "--model", "llama-3.1-8b", "--gpu", "l4", "--out", str(out)]) == 2
     assert "--force" in capsys.readouterr().err

@@ -21,23 +21,25 @@ from estimator.errors import ConfigurationError, load_yaml_model
 
 DEFAULT_FORMATS = ("bf16", "fp8", "int4-awq", "nvfp4")
 FP4_FORMATS = ("nvfp4", "mxfp4", "mxfp4-experts")
+MAX_DEVICES = 1024        # the largest deployment a plan searches
+MAX_COUNT = 10**9         # tokens and requests in flight: far beyond any deployment
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class Request(_Spec):
-    prompt: int = Field(ge=1, description="prompt tokens")
-    output: int = Field(ge=1, description="output tokens")
+    prompt: int = Field(ge=1, le=MAX_COUNT, description="prompt tokens")
+    output: int = Field(ge=1, le=MAX_COUNT, description="output tokens")
     share: float = Field(default=1.0, gt=0, description="share of requests (a mix's weights need not sum to 1)")
 
 
 class Workload(_Spec):
-    prompt: int | None = Field(default=None, ge=1)
-    output: int | None = Field(default=None, ge=1)
+    prompt: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    output: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     mix: list[Request] = Field(default_factory=list, description="instead of prompt/output: a small mix")
-    concurrency: int = Field(default=0, ge=0, description="requests in flight (closed loop)")
+    concurrency: int = Field(default=0, ge=0, le=MAX_COUNT, description="requests in flight (closed loop)")
     rate: float = Field(default=0.0, ge=0, description="requests per second (open loop)")
 
     @model_validator(mode="after")
@@ -64,10 +66,10 @@ class Targets(_Spec):
 
 class Constraints(_Spec):
     formats: list[str] | None = None
-    min_bits: float | None = Field(default=None, gt=0, description="only formats with at least this many bits")
+    min_bits: float | None = Field(default=None, gt=0, le=32, description="only formats with at least this many bits")
     gpus: list[str] | None = Field(default=None, description="device names, or classes like datacenter_gpu")
-    max_gpus: int = Field(default=8, ge=1)
-    devices_per_node: int = Field(default=8, ge=1)
+    max_gpus: int = Field(default=8, ge=1, le=MAX_DEVICES)
+    devices_per_node: int = Field(default=8, ge=1, le=MAX_DEVICES)
     deployment: Literal["cloud", "on_prem"] = "cloud"
     budget_usd: float | None = Field(default=None, gt=0, description="purchase (on_prem) or per month (cloud)")
 

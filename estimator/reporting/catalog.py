@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Iterator
 
 from pydantic import BaseModel
 
+from estimator.errors import UnknownNameError
 from estimator.evaluation.columns import model_columns
-from estimator.formatting import table
+from estimator.formatting import table, to_json
 from estimator.physics.params import count_params
 from estimator.physics.traffic import kv_bytes_per_token_layer
 from estimator.reporting.estimate_text import format_quantity, format_spec
@@ -80,12 +80,21 @@ def _model_selected(spec: ModelSpec, args) -> bool:
             and (not args.moe or spec.shape.moe is not None))
 
 
+def _check_known(flag: str, value: str | None, known) -> None:
+    """A filter value that matches no entry is a typo, not an empty list: say which values exist."""
+    known = sorted(set(known), key=str.lower)
+    if value is not None and value.lower() not in {k.lower() for k in known}:
+        raise UnknownNameError(f"{flag} {value!r} matches no entry; use one of: {', '.join(known)}")
+
+
 def list_entries(db: Database, args) -> str:
     """Text table (or JSON) of gpus, models or formats, filtered by the CLI's options."""
+    _check_known("--vendor", args.vendor, (hw.vendor for hw in db.hardware))
+    _check_known("--family", args.family, (spec.family for spec in db.models))
     if args.what == "gpus":
         rows = [gpu_summary(hw) for hw in sorted(db.hardware, key=lambda h: (h.vendor, h.name)) if _gpu_selected(hw, args)]
         if args.json:
-            return json.dumps(rows, indent=2)
+            return to_json(rows)
         return table([(r["name"], r["vendor"], r["class"], f"{r['memory_gib']:.0f}", r["memory_type"],
                        f"{r['bandwidth_tb_per_s']:.3f}", _peak(db.hardware.get(r["name"]), "bf16")
                        if "bf16" in r["dense_tflops"] else _peak(db.hardware.get(r["name"]), "fp16"),
@@ -95,7 +104,7 @@ def list_entries(db: Database, args) -> str:
     if args.what == "models":
         rows = [model_summary(s) for s in sorted(db.models, key=lambda s: (s.family, s.name)) if _model_selected(s, args)]
         if args.json:
-            return json.dumps(rows, indent=2)
+            return to_json(rows)
         return table([(r["name"], r["hf_id"], f"{r['params_total_b']:.2f}", f"{r['params_active_b']:.2f}",
                        r["attention"], f"{r['max_context']:,}", f"{r['kv_kib_per_token_bf16']:.1f}") for r in rows],
                      header=("name", "hf_id", "total B", "active B", "attention", "context", "KV KiB/token"))
@@ -103,7 +112,7 @@ def list_entries(db: Database, args) -> str:
                 "compute": "/".join(f.compute_dtypes), "basis": f.basis} for f in WEIGHT_FORMATS]
     kvs = [{"kind": "kv", "name": f.name, "bits": f.bits, "basis": f.basis} for f in KV_FORMATS]
     if args.json:
-        return json.dumps(weights + kvs, indent=2)
+        return to_json(weights + kvs)
     return "\n\n".join([
         "Weight formats (bits per weight include scales and zero points)",
         table([(w["name"], f"{w['bits']:.3f}", f"{w['head_bits']:g}", w["compute"], w["basis"]) for w in weights],
@@ -140,7 +149,7 @@ def show_entry(db: Database, what: str, name: str, as_json: bool = False) -> str
     if what == "gpu":
         hw = db.hardware.get(name)
         if as_json:
-            return json.dumps({**hw.model_dump(mode="json"), "origin": db.hardware.origins[hw.name]}, indent=2)
+            return to_json({**hw.model_dump(mode="json"), "origin": db.hardware.origins[hw.name]})
         derived = hw.memory.derived_bandwidth_bytes_per_s
         extra = [("ridge point (16-bit)", f"{hw.ridge_point_flops_per_byte:.0f} FLOP/byte", "derived: peak / bandwidth")]
         if derived:
@@ -149,8 +158,8 @@ def show_entry(db: Database, what: str, name: str, as_json: bool = False) -> str
     spec = db.models.get(name)
     counts = count_params(spec)
     if as_json:
-        return json.dumps({**spec.model_dump(mode="json"), **model_summary(spec),
-                           "origin": db.models.origins[spec.name]}, indent=2)
+        return to_json({**spec.model_dump(mode="json"), **model_summary(spec),
+                        "origin": db.models.origins[spec.name]})
     rows = [(k, v, s or (spec.config_source if k.startswith("shape.") else "")) for k, v, s in _walk(spec)]
     rows += [("params total (computed)", f"{counts.total / 1e9:.3f} B", "from shapes, estimator/physics/params.py"),
              ("params active (computed)", f"{counts.active / 1e9:.3f} B", "k routed experts; embedding included"),

@@ -7,11 +7,12 @@ most common source of "wrong number" reports (docs/formulas.md §11, §12.9).
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 from estimator.evaluation.api import Estimate
 from estimator.evaluation.columns import FALLBACK_LINK_BYTES_PER_S
-from estimator.formatting import gigabytes, rate, seconds, table
+from estimator.formatting import NOT_AVAILABLE, gigabytes, rate, seconds, table
 from estimator.units import GB, TB, TFLOPS
 
 DEFINITIONS = (
@@ -181,6 +182,13 @@ def _ledger_rows(r: dict, prefix: str, fmt) -> list[tuple[str, str]]:
     terms = [k for k in r if k.startswith(prefix + "_") and not k.endswith("_total")]
     rows = [(k[len(prefix) + 1:].replace("_", " "), fmt(r[k])) for k in terms]
     return rows + [("total", fmt(r[f"{prefix}_total"]))]
+
+
+def format_speculation(grid, alphas, gammas, title: str) -> str:
+    """The speculative-decoding speed-up grid: one row per draft length γ, one column per acceptance rate α."""
+    rows = [(f"γ = {g}", *(f"{v:.2f}" if math.isfinite(v) else NOT_AVAILABLE for v in row))
+            for g, row in zip(gammas, grid)]
+    return f"Speculative decoding speed-up, {title}\n" + table(rows, header=("", *(f"α={a:g}" for a in alphas)))
 
 
 def format_quantity(q) -> str:

@@ -9,11 +9,9 @@ device and workload.
 
 from __future__ import annotations
 
-import json
-
 from estimator.errors import RooflineError
 from estimator.evaluation.api import Estimate, estimate
-from estimator.formatting import gigabytes, rate, seconds
+from estimator.formatting import gigabytes, rate, seconds, to_json
 from estimator.specs.database import Database, load_database
 from estimator.units import GB, TB, TFLOPS
 
@@ -80,7 +78,7 @@ def explain(kwargs: dict, db: Database | None = None, as_json: bool = False) -> 
     e = estimate(**kwargs, db=db)
     changes = ranked_changes(e, kwargs, db)
     if as_json:
-        return json.dumps({"estimate": e.to_dict(), "changes": changes}, indent=2)
+        return to_json({"estimate": e.to_dict(), "changes": changes})
     return "\n".join(_paragraphs(e) + (_change_lines(changes) if e.runnable else _rescue_lines(changes)))
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
-from estimator.formatting import rate, seconds, table
+from estimator.formatting import NOT_AVAILABLE, rate, seconds, table
 from estimator.planning.search import PlanResult
 
 
@@ -19,12 +20,16 @@ def describe_targets(spec) -> str:
             f"({t.percentile}); {spec.constraints.deployment}; engine {spec.engine}")
 
 
+def _usd(value: float) -> str:
+    return f"{value:.3f}" if math.isfinite(value) else NOT_AVAILABLE
+
+
 def format_plan(result: PlanResult, top: int = 15) -> str:
     lines = [f"Plan: {describe_targets(result.spec)}", ""]
     if result.configurations:
         rows = [(c["hardware"], c["count"], c["tp"], c["format"], f"{c['batch']:.0f}", seconds(c["ttft_s"]),
                  rate(c["decode_tps_per_seq"]), rate(c["throughput_out_tps"]),
-                 f"{c['cost_per_million_tokens_usd']:.3f}", "*" if c.get("pareto") else "")
+                 _usd(c["cost_per_million_tokens_usd"]), "*" if c.get("pareto") else "")
                 for c in result.configurations[:top]]
         lines += [f"{len(result.configurations)} configurations meet the targets (cheapest first; * = Pareto front "
                   "of cost against per-user speed):",

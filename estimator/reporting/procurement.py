@@ -15,7 +15,7 @@ from pathlib import Path
 
 from estimator.efficiency.engine_profiles import engine as engine_profile
 from estimator.efficiency.engine_profiles import load_intervals
-from estimator.errors import ConfigurationError
+from estimator.errors import ConfigurationError, prepare_output, write_atomically
 from estimator.evaluation.api import estimate
 from estimator.formatting import rate, seconds
 from estimator.planning.search import PlanResult, plan
@@ -280,23 +280,25 @@ def write_report(plan_path: str, out: str, fmt: str = "html", force: bool = Fals
     from estimator.planning.spec import load_plan
     db = db or load_database()
     spec = load_plan(plan_path)
-    out_path = Path(out)
-    if out_path.exists() and not force:
-        raise ConfigurationError(f"{out_path} exists; pass --force to overwrite it, or choose another --out")
+    prepare_output(out, force, "--out")
+    to_pdf = _pdf_converter() if fmt == "pdf" else None   # a missing converter fails before the work, not after
     context = build_context(spec, plan(spec, db), db, Path(plan_path).name)
-    if fmt == "md":
-        out_path.write_text(render_markdown(context))
-    elif fmt == "html":
-        out_path.write_text(render_html(context))
-    else:
-        _write_pdf(render_html(context), out_path)
-    return f"report written to {out_path}"
+    document = render_markdown(context) if fmt == "md" else render_html(context)
+
+    def write(path: Path) -> None:
+        if to_pdf:
+            to_pdf(document, path)
+        else:
+            path.write_text(document, encoding="utf-8")
+
+    return f"report written to {write_atomically(out, write, force, '--out')}"
 
 
-def _write_pdf(html: str, out_path: Path) -> None:
+def _pdf_converter():
+    """A function that writes HTML as a PDF file; an error naming the install command if there is none."""
     try:
         import weasyprint
     except ImportError:
         raise ConfigurationError("PDF needs a converter: pip install weasyprint (or write --format html and print "
                                  "it from a browser)") from None
-    weasyprint.HTML(string=html).write_pdf(str(out_path))
+    return lambda html, path: weasyprint.HTML(string=html).write_pdf(str(path))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Iterable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from estimator.errors import ConfigurationError
+from estimator.errors import ConfigurationError, describe_validation_error
 from estimator.physics.offload import OFFLOAD_MODES
 from estimator.specs.model import ModelSpec
 
@@ -23,7 +23,7 @@ DEFAULT_HOST_CPU = "AMD Ryzen 9 7950X"
 class Layout(BaseModel):
     """How a deployment spreads over devices: tp × pp devices per replica, dp replicas, ep expert ranks."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     tp: int = Field(default=1, ge=1, description="tensor-parallel ranks")
     pp: int = Field(default=1, ge=1, description="pipeline stages")
@@ -52,7 +52,7 @@ class Layout(BaseModel):
                      **system) -> "Layout":
         """Fill in what is not given: N devices alone means TP over all of them; TP and PP alone use tp·pp devices."""
         for name, value in (("devices", devices), ("tp", tp), ("pp", pp), ("ep", ep)):
-            if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+            if value is not None and (isinstance(value, bool) or not float(value).is_integer() or value < 1):
                 raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
         if tp is None:
             devices = devices or pp
@@ -64,7 +64,10 @@ class Layout(BaseModel):
             raise ConfigurationError(
                 f"{devices} devices cannot hold replicas of tp={tp} x pp={pp} = {tp * pp} devices; "
                 f"use a multiple of {tp * pp}, or change --tp/--pp")
-        return cls(tp=tp, pp=pp, ep=ep, dp=devices // (tp * pp), **system)
+        try:
+            return cls(tp=tp, pp=pp, ep=ep, dp=devices // (tp * pp), **system)
+        except ValidationError as exc:
+            raise ConfigurationError(f"invalid layout: {describe_validation_error(exc)}") from None
 
 
 def as_layout(value: "int | Layout") -> Layout:
@@ -107,7 +110,7 @@ def check_layout(model: ModelSpec, layout: Layout) -> None:
 class ServingOptions(BaseModel):
     """How the engine manages the KV cache and attention (:mod:`estimator.physics.kvcache`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     kv_alloc: Literal["paged", "contiguous"] = Field(default="paged", description="KV-cache allocation")
     kv_block_tokens: int = Field(default=16, ge=1, description="tokens per KV block when paged (vLLM default 16)")
@@ -152,6 +155,9 @@ class ServingOptions(BaseModel):
             raise ConfigurationError("--chunked-prefill shapes a steady state under load; add --concurrency or --rate")
         if (self.draft_model or self.draft_cost) and not self.draft_tokens:
             raise ConfigurationError("speculative decoding needs --draft-tokens G (tokens drafted per step), e.g. 4")
+        if self.draft_model and self.draft_cost:
+            raise ConfigurationError("--draft-cost prices draft heads without a draft model; with --draft-model the "
+                                     "draft is timed from its own size: give one of them")
         if self.gpu_layers is not None:
             if self.offload != "none":
                 raise ConfigurationError("choose one kind of offload: --offload auto (stream weights over the host "

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from estimator.errors import DatabaseError
+from pydantic import ValidationError
+
+from estimator.errors import DatabaseError, describe_validation_error, read_text
 from estimator.specs.model import MLA, ModelSpec, MoE, Shape
 
 PLAIN_MLP_TYPES = {"gptj", "gpt_neox", "falcon", "gpt2", "phi", "opt", "bloom", "starcoder2"}
@@ -76,13 +78,27 @@ def _local_layers(cfg: dict, layers: int) -> tuple[int | None, int]:
     return window, layers
 
 
+NO_SHAPES = "write a models_db YAML entry instead (see `roofline show model llama-2-7b`)"
+
+
+def _whole(source: str, key: str, value) -> int:
+    """A count the shapes are derived from (a divisor, a range): a whole number >= 1."""
+    if value is None:
+        raise DatabaseError(f"{source}: cannot read model shapes from this config.json (no {key}); {NO_SHAPES}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer() or value < 1:
+        raise DatabaseError(f"{source}: {key} must be a whole number >= 1, got {value!r}")
+    return int(value)
+
+
 def spec_from_config(cfg: dict, name: str, source: str) -> ModelSpec:
     """Build a spec from a config.json mapping."""
     text = cfg.get("text_config") or cfg
+    if not isinstance(text, dict):
+        raise DatabaseError(f"{source}: text_config must be a JSON object, got {type(text).__name__}")
     try:
-        hidden = _first(text, "hidden_size", "n_embd", "d_model")
-        layers = _first(text, "num_hidden_layers", "n_layer", "num_layers")
-        heads = _first(text, "num_attention_heads", "n_head")
+        hidden = _whole(source, "hidden_size", _first(text, "hidden_size", "n_embd", "d_model"))
+        layers = _whole(source, "num_hidden_layers", _first(text, "num_hidden_layers", "n_layer", "num_layers"))
+        heads = _whole(source, "num_attention_heads", _first(text, "num_attention_heads", "n_head"))
         mla = _mla(text)
         kv_heads = heads if mla else _first(
             text, "num_key_value_heads", "num_kv_heads", default=1 if text.get("multi_query") else heads)
@@ -101,11 +117,20 @@ def spec_from_config(cfg: dict, name: str, source: str) -> ModelSpec:
             max_context=_first(text, "max_position_embeddings", "n_positions", "seq_length", default=2048),
             mlp_gated=text.get("model_type") not in PLAIN_MLP_TYPES,
             sliding_window=window, num_local_layers=local, moe=_moe(text, layers), mla=mla)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DatabaseError(f"{source}: cannot read model shapes from this config.json ({exc}); "
-                            "write a models_db YAML entry instead (see `roofline show model llama-2-7b`)") from None
+    except ValidationError as exc:
+        raise DatabaseError(f"{source}: not valid model shapes: {describe_validation_error(exc)}") from None
+    except KeyError as exc:
+        raise DatabaseError(f"{source}: cannot read model shapes from this config.json (no {exc}); {NO_SHAPES}") \
+            from None
+    except (TypeError, ValueError, ZeroDivisionError, AttributeError) as exc:
+        raise DatabaseError(f"{source}: cannot read model shapes from this config.json ({exc}); {NO_SHAPES}") \
+            from None
     return ModelSpec(name=name, hf_id=name, family=str(text.get("model_type", "unknown")),
                      config_source=source, shape=shape)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def load_config_json(path: str | Path) -> ModelSpec:
@@ -114,8 +139,12 @@ def load_config_json(path: str | Path) -> ModelSpec:
     if path.is_dir():
         path = path / "config.json"
     try:
-        cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DatabaseError(f"cannot read {path}: {exc}") from None
+        cfg = json.loads(read_text(path, "config.json"), parse_constant=_no_constant)
+    except ValueError as exc:
+        raise DatabaseError(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise DatabaseError(f"{path}: not valid JSON: nested too deeply") from None
+    if not isinstance(cfg, dict):
+        raise DatabaseError(f"{path}: a config.json holds a JSON object, got {type(cfg).__name__}")
     name = cfg.get("_name_or_path") or path.parent.name or path.stem
     return spec_from_config(cfg, str(name), f"file://{path.resolve()}")

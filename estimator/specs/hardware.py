@@ -59,8 +59,8 @@ class Memory(Frozen):
 
     @model_validator(mode="after")
     def _units_and_consistency(self) -> "Memory":
-        self.capacity.require("bytes", "memory.capacity")
-        self.bandwidth.require("bytes_per_s", "memory.bandwidth")
+        self.capacity.require("bytes", "memory.capacity", positive=True)
+        self.bandwidth.require("bytes_per_s", "memory.bandwidth", positive=True)
         if self.bus_width is not None:
             self.bus_width.require("bits", "memory.bus_width")
         if self.data_rate is not None:
@@ -83,7 +83,7 @@ class Link(Frozen):
 
     @model_validator(mode="after")
     def _unit(self) -> "Link":
-        self.bandwidth.require("bytes_per_s", "link.bandwidth")
+        self.bandwidth.require("bytes_per_s", "link.bandwidth", positive=True)
         return self
 
 
@@ -120,8 +120,10 @@ class Hardware(Frozen):
         unknown = set(self.dense_peak) - set(COMPUTE_DTYPES)
         if unknown:
             raise ValueError(f"dense_peak: unknown dtypes {sorted(unknown)}; use {COMPUTE_DTYPES}")
+        if not {"bf16", "fp16", "fp32"} & set(self.dense_peak):
+            raise ValueError("dense_peak: needs a bf16, fp16 or fp32 peak (attention runs at one of them)")
         for dtype, peak in self.dense_peak.items():
-            peak.require("flops_per_s", f"dense_peak.{dtype}")
+            peak.require("flops_per_s", f"dense_peak.{dtype}", positive=True)
         if self.cache is not None:
             self.cache.require("bytes", "cache")
         self.tdp.require("watts", "tdp")

@@ -12,17 +12,26 @@ from pydantic import Field, model_validator
 
 from estimator.specs.sourced import Frozen
 
+# Bounds far beyond any published model, so that nonsense (a width of 10^30) fails on load rather than
+# overflowing the arithmetic.
+MAX_WIDTH = 2**20        # hidden, head, MLP and latent widths
+MAX_LAYERS = 10_000
+MAX_HEADS = 2**16        # attention heads, KV heads, experts
+MAX_VOCAB = 2**24
+MAX_TOKENS = 2**32       # context length, sliding window
+
 
 class MoE(Frozen):
     """Mixture-of-experts feed-forward layers."""
 
-    num_experts: int = Field(gt=1, description="routed experts per MoE layer (E)")
-    experts_per_token: int = Field(gt=0, description="routed experts each token uses (k)")
-    expert_intermediate_size: int = Field(gt=0, description="width of one routed expert's MLP (d_e)")
-    num_shared_experts: int = Field(default=0, ge=0, description="always-active experts (E_sh)")
+    num_experts: int = Field(gt=1, le=MAX_HEADS, description="routed experts per MoE layer (E)")
+    experts_per_token: int = Field(gt=0, le=MAX_HEADS, description="routed experts each token uses (k)")
+    expert_intermediate_size: int = Field(gt=0, le=MAX_WIDTH, description="width of one routed expert's MLP (d_e)")
+    num_shared_experts: int = Field(default=0, ge=0, le=MAX_HEADS, description="always-active experts (E_sh)")
     shared_expert_intermediate_size: int | None = Field(
-        default=None, gt=0, description="width of one shared expert; defaults to expert_intermediate_size")
-    num_dense_layers: int = Field(default=0, ge=0, description="layers with a dense MLP instead of experts (DeepSeek first_k_dense_replace)")
+        default=None, gt=0, le=MAX_WIDTH,
+        description="width of one shared expert; defaults to expert_intermediate_size")
+    num_dense_layers: int = Field(default=0, ge=0, le=MAX_LAYERS, description="layers with a dense MLP instead of experts (DeepSeek first_k_dense_replace)")
 
     @model_validator(mode="after")
     def _k_le_e(self) -> "MoE":
@@ -38,28 +47,30 @@ class MoE(Frozen):
 class MLA(Frozen):
     """Multi-head latent attention (DeepSeek-V2/V3): a compressed KV latent per token."""
 
-    kv_lora_rank: int = Field(gt=0, description="latent width d_c")
-    q_lora_rank: int | None = Field(default=None, gt=0, description="query low-rank width; None = full-rank query")
-    qk_rope_head_dim: int = Field(gt=0, description="decoupled RoPE key width d_r")
-    qk_nope_head_dim: int = Field(gt=0)
-    v_head_dim: int = Field(gt=0)
+    kv_lora_rank: int = Field(gt=0, le=MAX_WIDTH, description="latent width d_c")
+    q_lora_rank: int | None = Field(default=None, gt=0, le=MAX_WIDTH,
+                                    description="query low-rank width; None = full-rank query")
+    qk_rope_head_dim: int = Field(gt=0, le=MAX_WIDTH, description="decoupled RoPE key width d_r")
+    qk_nope_head_dim: int = Field(gt=0, le=MAX_WIDTH)
+    v_head_dim: int = Field(gt=0, le=MAX_WIDTH)
 
 
 class Shape(Frozen):
     """Architecture shapes, as in config.json."""
 
-    hidden_size: int = Field(gt=0, description="d")
-    num_layers: int = Field(gt=0, description="L (num_hidden_layers)")
-    num_attention_heads: int = Field(gt=0, description="n_h")
-    num_kv_heads: int = Field(gt=0, description="n_kv (num_key_value_heads)")
-    head_dim: int = Field(gt=0, description="d_h, from config, never hidden/heads")
-    intermediate_size: int = Field(gt=0, description="dense MLP width d_ff")
-    vocab_size: int = Field(gt=0)
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="d")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS, description="L (num_hidden_layers)")
+    num_attention_heads: int = Field(gt=0, le=MAX_HEADS, description="n_h")
+    num_kv_heads: int = Field(gt=0, le=MAX_HEADS, description="n_kv (num_key_value_heads)")
+    head_dim: int = Field(gt=0, le=MAX_WIDTH, description="d_h, from config, never hidden/heads")
+    intermediate_size: int = Field(gt=0, le=MAX_WIDTH, description="dense MLP width d_ff")
+    vocab_size: int = Field(gt=0, le=MAX_VOCAB)
     tie_word_embeddings: bool
-    max_context: int = Field(gt=0, description="max_position_embeddings")
+    max_context: int = Field(gt=0, le=MAX_TOKENS, description="max_position_embeddings")
     mlp_gated: bool = Field(default=True, description="SwiGLU/GeGLU: 3 matrices; plain MLP: 2")
-    sliding_window: int | None = Field(default=None, gt=0, description="window of the local layers, tokens")
-    num_local_layers: int = Field(default=0, ge=0, description="layers that attend within sliding_window (chunked attention counts too)")
+    sliding_window: int | None = Field(default=None, gt=0, le=MAX_TOKENS,
+                                       description="window of the local layers, tokens")
+    num_local_layers: int = Field(default=0, ge=0, le=MAX_LAYERS, description="layers that attend within sliding_window (chunked attention counts too)")
     moe: MoE | None = None
     mla: MLA | None = None
 
