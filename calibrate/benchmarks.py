@@ -17,6 +17,10 @@ DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 
 
+class Skipped(RuntimeError):
+    """A benchmark that does not apply to this machine (recorded with its reason, not as a failure)."""
+
+
 class CheckFailed(RuntimeError):
     """A kernel's result differed from its reference: its timing is not trusted."""
 
@@ -149,7 +153,9 @@ def host_transfer(torch, device, size_bytes, *, pinned: bool, to_device: bool, r
 
 
 def peer_transfer(torch, size_bytes, reps=10) -> dict:
-    """Device 0 to device 1 copy bandwidth (NVLink or PCIe), when there are two GPUs."""
+    """Device 0 to device 1 copy bandwidth (NVLink or PCIe); on a single GPU it is skipped, and says so."""
+    if torch.cuda.device_count() < 2:
+        raise Skipped(f"one GPU visible ({torch.cuda.device_count()}): no peer to copy to")
     n = int(size_bytes // 4)
     a = torch.randn(n, device="cuda:0")
     b = torch.empty(n, device="cuda:1")

@@ -107,8 +107,7 @@ def _tasks(torch, device: str, plan: Plan, llc: float, budget: float) -> list[tu
         tasks.append(("sync", {}, lambda: bm.sync_overhead(torch, device)))
         tasks += [("host_transfer", {"pinned": p, "to_device": d}, lambda p=p, d=d: bm.host_transfer(
             torch, device, plan.host_bytes, pinned=p, to_device=d)) for p in (True, False) for d in (True, False)]
-        if torch.cuda.device_count() > 1:
-            tasks.append(("peer_transfer", {}, lambda: bm.peer_transfer(torch, plan.host_bytes)))
+        tasks.append(("peer_transfer", {}, lambda: bm.peer_transfer(torch, plan.host_bytes)))
     return tasks
 
 
@@ -140,6 +139,10 @@ def calibrate(device: str = "cpu", mode: str = "quick", plan: Plan | None = None
         except KeyboardInterrupt:
             complete = False
             break
+        except bm.Skipped as exc:
+            measurements.append({"bench": bench, **params, "ok": False, "skipped": str(exc)})
+            if progress:
+                progress(f"{bench}: skipped ({exc})")
         except (RuntimeError, TypeError, ValueError, AttributeError, bm.CheckFailed) as exc:
             measurements.append({"bench": bench, **params, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]})
             if device == "cuda":

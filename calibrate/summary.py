@@ -43,7 +43,8 @@ def format_profile(profile: CalibrationProfile, hardware: Hardware | None) -> st
              table(rows, header=("", "measured", "datasheet", "share"))]
     if failed:
         lines.append(f"  {len(failed)} measurement(s) skipped: " + "; ".join(
-            sorted({f"{m['bench']} {m.get('dtype', '')}: {m['error'].split(':')[0]}".replace("  ", " ") for m in failed})))
+            sorted({f"{m['bench']} {m.get('dtype', '')}: {m.get('skipped') or m['error'].split(':')[0]}"
+                    .replace("  ", " ") for m in failed})))
     if not profile.complete:
         lines.append("  interrupted: the profile holds only what was measured before the stop")
     return "\n".join(lines)

@@ -1,86 +1,40 @@
-"""The `roofline` command line: parse, load specs, call the library, format, print.
+"""The `roofline` command line: parse, check, load specs, call the library, format, print.
 
-Errors a user can cause are caught once, printed as ``Name: message``, and the
-command exits 1.
+Every input is checked at the edge: each flag's value by its argparse type, files by the
+readers in :mod:`estimator.errors`, and a flag the chosen mode would not use is refused, never
+silently ignored. Exit codes: 0 success; 2 invalid input, with one line on stderr naming the
+input, its value and what is accepted; 3 an unexpected error (one line; ``--debug`` prints the
+traceback); 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+import traceback
+from pathlib import Path
 from typing import Sequence
 
-from estimator.errors import ConfigurationError, RooflineError, describe_validation_error
+from estimator.cli_flags import EXIT_INVALID, parse
+from estimator.errors import (
+    ConfigurationError,
+    RooflineError,
+    describe_validation_error,
+    prepare_output,
+    read_text,
+    write_atomically,
+)
 from estimator.evaluation.api import estimate, speculative_speedup_grid
-from estimator.formatting import table
+from estimator.formatting import to_json
 from estimator.planning import disaggregation as disagg
 from estimator.reporting import catalog
-from estimator.reporting.estimate_text import format_disaggregation, format_estimate
+from estimator.reporting.estimate_text import format_disaggregation, format_estimate, format_speculation
 from estimator.reporting.explain import explain
 from estimator.specs.database import load_database
 from estimator.validation import predict
 
-
-def _add_db(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", action="append", default=[], metavar="PATH",
-                   help="folder of extra hardware/model YAML entries (repeatable; also $ROOFLINE_DB_PATH)")
-
-
-def _add_estimate_args(p: argparse.ArgumentParser) -> None:
-    """The configuration flags `estimate` and `explain` share."""
-    p.add_argument("--model", required=True, help="name, alias, HF id, or path to a config.json")
-    p.add_argument("--gpu", required=True, help="name, alias or NVML name (see `roofline list gpus`)")
-    p.add_argument("--gpus", type=int, help="devices in all (default tp x pp); beyond one replica: data parallel")
-    p.add_argument("--tp", type=int, help="tensor-parallel ranks per replica (default: all --gpus / pp)")
-    p.add_argument("--pp", type=int, default=1, help="pipeline stages per replica (default 1)")
-    p.add_argument("--ep", type=int, default=1, help="expert-parallel ranks within the TP group, MoE only (default 1)")
-    p.add_argument("--devices-per-node", type=int, default=8,
-                   help="devices on one scale-up link (NVLink domain); beyond it the network is used (default 8)")
-    p.add_argument("--network-gbps", type=float, default=400.0,
-                   help="scale-out network per device between nodes, Gbit/s one way (default 400: InfiniBand NDR)")
-    p.add_argument("--format", default="bf16", help="weight format (default bf16; `roofline list formats`)")
-    p.add_argument("--kv-format", default="f16", help="KV-cache format: f16, bf16, fp8, int8, q4 (default f16)")
-    p.add_argument("--batch", type=int, default=1, help="concurrent sequences (default 1)")
-    p.add_argument("--prompt", type=int, default=512, help="prompt tokens per sequence (default 512)")
-    p.add_argument("--output", type=int, default=256, help="generated tokens per sequence (default 256)")
-    p.add_argument("--attention", choices=("fused", "unfused"), default="fused",
-                   help="fused (FlashAttention-style, default) or unfused attention that writes the score matrix")
-    p.add_argument("--kv-alloc", choices=("paged", "contiguous"), default="paged",
-                   help="paged KV blocks (default) or contiguous per-request reservation")
-    p.add_argument("--kv-block", type=int, default=16, help="tokens per paged KV block (default 16)")
-    p.add_argument("--prefix-tokens", type=int, default=0,
-                   help="prompt prefix shared by all requests (e.g. a system prompt), cached once (default 0)")
-    p.add_argument("--offload", choices=("none", "auto"), default="none",
-                   help="auto: weights that do not fit stream from host memory over PCIe/NVLink-C2C (default none)")
-    p.add_argument("--gpu-layers", type=int, help="llama.cpp-style partial offload: N layers on the GPU, "
-                                                  "the rest computed by the host CPU (--host-cpu)")
-    p.add_argument("--host-cpu", default="AMD Ryzen 9 7950X", help="host CPU for --gpu-layers (default 7950X)")
-    p.add_argument("--draft-model", help="speculative decoding: draft model (name, alias or config.json)")
-    p.add_argument("--draft-tokens", type=int, default=0, help="speculative decoding: tokens drafted per step, γ")
-    p.add_argument("--acceptance", type=float, default=0.7, help="per-token draft acceptance rate α (default 0.7)")
-    p.add_argument("--draft-cost", type=float, default=0.0,
-                   help="without --draft-model: draft cost as a fraction of a target step (EAGLE ~0.05)")
-    load = p.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", type=int, default=0,
-                      help="steady state with C requests in flight (continuous batching; replaces --batch)")
-    load.add_argument("--rate", type=float, default=0.0, help="steady state at R requests/s arriving (open loop)")
-    p.add_argument("--chunked-prefill", type=int, default=0, metavar="TOKENS",
-                   help="under load: mix prompt chunks into decode steps within this token budget per step")
-    p.add_argument("--prefill-gpus", type=int, help="with --rate: disaggregated serving, X devices prefilling ...")
-    p.add_argument("--decode-gpus", type=int, help="... and Y devices decoding; compared with aggregated on X + Y")
-    p.add_argument("--max-ttft-s", type=float, help="with --prefill-gpus: TTFT target for the fewest-devices search")
-    p.add_argument("--max-itl-s", type=float, help="with --prefill-gpus: inter-token latency target")
-    p.add_argument("--max-gpus", type=int, default=64, help="largest deployment the search tries (default 64)")
-    p.add_argument("--engine", default="generic",
-                   help="serving engine profile: llama.cpp, vLLM, SGLang, TensorRT-LLM, transformers, MLX, "
-                        "ExLlamaV2, gpt-fast or generic (default)")
-    p.add_argument("--calibration", default="auto",
-                   help="calibration profile (YAML from `roofline calibrate`); 'auto' (default) uses the newest "
-                        "profile of this device in the calibration folder, 'none' the datasheet defaults")
-    p.add_argument("--json", action="store_true", help="print one JSON object (base units: s, bytes)")
-    _add_db(p)
+EXIT_OK, EXIT_UNEXPECTED, EXIT_INTERRUPTED = 0, 3, 130
 
 
 def _estimate_kwargs(args: argparse.Namespace) -> dict:
@@ -97,117 +51,107 @@ def _estimate_kwargs(args: argparse.Namespace) -> dict:
         calibration=None if args.calibration == "none" else args.calibration, engine=args.engine)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="roofline", description="How fast will this LLM run on that GPU? Roofline estimates of TTFT, "
-                                     "decode tokens/s and memory fit.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _refuse(args: argparse.Namespace, dests: Sequence[str], why: str) -> None:
+    """Refuse the given options among ``dests``: the chosen mode would not use them."""
+    given = [args.given[d] for d in dests if d in args.given]
+    if given:
+        raise ConfigurationError(f"{', '.join(given)}: {why}")
 
-    _add_estimate_args(sub.add_parser("estimate", help="estimate one configuration"))
-    _add_estimate_args(sub.add_parser(
-        "explain", help="why a configuration runs at that speed, and the changes that would help most"))
 
-    spec = sub.add_parser("speculation", help="speculative-decoding speed-up over acceptance rate and draft length")
-    _add_estimate_args(spec)
-    spec.add_argument("--out", help="write the plot to this PNG file (never over an existing file without --force)")
-    spec.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+DISAGGREGATION = ("prefill_gpus", "decode_gpus")
+TARGETS = ("max_ttft_s", "max_itl_s", "max_gpus")
 
-    cal = sub.add_parser("calibrate", help="measure this machine's device and write a calibration profile")
-    cal.add_argument("--device", default="cpu", help="cuda, cpu or mps (default cpu)")
-    mode = cal.add_mutually_exclusive_group()
-    mode.add_argument("--quick", dest="mode", action="store_const", const="quick", help="well under a minute (default)")
-    mode.add_argument("--full", dest="mode", action="store_const", const="full", help="a few minutes, more sizes")
-    mode.add_argument("--smoke", dest="mode", action="store_const", const="smoke",
-                      help="the smallest plan, a few seconds: checks the setup, not for estimates")
-    cal.add_argument("--out", help="profile path (default: the calibration folder, named after the device)")
-    cal.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    cal.add_argument("--compare", nargs=2, metavar=("A.yaml", "B.yaml"), help="compare two profiles instead")
-    _add_db(cal)
 
-    pl = sub.add_parser("plan", help="which hardware, how many, in which format, at what cost (or a plan.yaml)")
-    pl.add_argument("plan_file", nargs="?", help="a plan YAML (keys mirror the flags); flags are then ignored")
-    pl.add_argument("--model", action="append", help="model(s) to plan for (repeatable)")
-    pl.add_argument("--prompt", type=int, help="prompt tokens per request")
-    pl.add_argument("--output", type=int, help="output tokens per request")
-    load = pl.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", type=int, default=0, help="requests in flight")
-    load.add_argument("--rate", type=float, default=0.0, help="requests per second")
-    pl.add_argument("--max-ttft-s", type=float, help="TTFT target, seconds, queueing included")
-    pl.add_argument("--min-tps-per-user", type=float, help="decode tokens/s per user target")
-    pl.add_argument("--percentile", choices=("p50", "p90"), default="p50",
-                    help="p90: judge the pessimistic end of each estimate's 80%% interval")
-    fmts = pl.add_mutually_exclusive_group()
-    fmts.add_argument("--formats", help="comma-separated weight formats to consider (default bf16,fp8,int4-awq,nvfp4)")
-    fmts.add_argument("--min-bits", type=float, help="only formats with at least this many bits per weight")
-    pl.add_argument("--gpus", help="comma-separated devices or classes (datacenter_gpu, consumer_gpu ...)")
-    pl.add_argument("--max-gpus", type=int, default=8, help="largest deployment to consider (default 8)")
-    pl.add_argument("--on-prem", action="store_true", help="purchase + power instead of cloud hourly prices")
-    pl.add_argument("--budget", type=float, help="USD: purchase (on-prem) or per month (cloud)")
-    pl.add_argument("--engine", default="vLLM", help="serving-engine profile (default vLLM)")
-    pl.add_argument("--price", action="append", default=[], metavar="DEVICE=USD",
-                    help="override a price: USD per device-hour (cloud) or purchase USD (--on-prem); repeatable")
-    pl.add_argument("--devices-per-node", type=int, default=8, help="devices per node / NVLink domain (default 8)")
-    pl.add_argument("--json", action="store_true")
-    _add_db(pl)
+def _check_estimate(args: argparse.Namespace) -> None:
+    if args.command != "estimate":
+        _refuse(args, DISAGGREGATION + TARGETS, f"disaggregated serving is a mode of `roofline estimate`, "
+                                                f"not of `roofline {args.command}`")
+    elif any(d in args.given for d in DISAGGREGATION):
+        _refuse(args, ("batch", "gpus", "concurrency", "chunked_prefill"), "not used by disaggregated serving, "
+                "whose pools are --prefill-gpus and --decode-gpus and whose load is --rate; drop them")
+        if not (args.max_ttft_s or args.max_itl_s):
+            _refuse(args, ("max_gpus",), "limits the fewest-devices search, which needs --max-ttft-s or --max-itl-s")
+    else:
+        _refuse(args, TARGETS, "targets of the disaggregated-serving search; add --prefill-gpus X --decode-gpus Y")
+    if args.command == "speculation":
+        _refuse(args, ("draft_tokens", "acceptance"), "`roofline speculation` sweeps γ and α itself; drop them")
+        if args.out:
+            _image_output(args.out, args.force, "--out")
+        else:
+            _refuse(args, ("force",), "overwrites --out; add --out FILE")
+    if args.concurrency or args.rate:
+        _refuse(args, ("batch",), "under --concurrency or --rate the batch is the steady state; drop --batch")
+    if not args.draft_tokens:
+        _refuse(args, ("acceptance",), "applies to speculative decoding; add --draft-tokens G")
+    if args.gpu_layers is None:
+        _refuse(args, ("host_cpu",), "runs the layers --gpu-layers leaves to the host; add --gpu-layers N")
+    if args.kv_alloc == "contiguous":
+        _refuse(args, ("kv_block",), "sizes paged KV blocks, which --kv-alloc contiguous does not use")
 
-    rep = sub.add_parser("report", help="a self-contained procurement report (HTML, Markdown or PDF) from a plan")
-    rep.add_argument("plan_file", help="plan YAML (see `roofline plan`)")
-    rep.add_argument("--out", required=True, help="output file")
-    rep.add_argument("--format", choices=("html", "md", "pdf"), default="html")
-    rep.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    _add_db(rep)
 
-    val = sub.add_parser("validate", help="the estimator's error against published measurements (or this machine)")
-    source = val.add_mutually_exclusive_group(required=True)
-    source.add_argument("--published", action="store_true", help="leave-one-source-out error on measurements_db")
-    source.add_argument("--local", action="store_true", help="measure a real model on this machine and compare")
-    val.add_argument("--write", metavar="ENGINES_DIR",
-                     help="--published: write the fitted engine parameters and intervals into this engines_db folder")
-    val.add_argument("--plot", help="--published: write the predicted-vs-measured scatter to this PNG")
-    val.add_argument("--device", default="cpu", help="--local: cpu, cuda or mps (default cpu)")
-    val.add_argument("--model", action="append", help="--local: model(s) to build (default: a small one)")
-    val.add_argument("--quick", action="store_true", help="--local: one small model, few sizes (CI)")
-    val.add_argument("--force", action="store_true", help="overwrite --plot if it exists")
-    val.add_argument("--json", action="store_true")
-    _add_db(val)
+PLAN_FLAGS = ("model", "prompt", "output", "concurrency", "rate", "max_ttft_s", "min_tps_per_user", "percentile",
+              "formats", "min_bits", "gpus", "max_gpus", "on_prem", "budget", "engine", "price", "devices_per_node")
 
-    lst = sub.add_parser("list", help="list gpus, models or formats")
-    lst.add_argument("what", choices=("gpus", "models", "formats"))
-    lst.add_argument("--vendor", help="gpus: only this vendor (e.g. NVIDIA, AMD, Apple)")
-    lst.add_argument("--class", dest="device_class", help="gpus: datacenter_gpu, consumer_gpu, soc_unified, ...")
-    lst.add_argument("--family", help="models: only this family (e.g. llama, qwen)")
-    lst.add_argument("--min-memory-gib", type=float, help="gpus: at least this much memory")
-    lst.add_argument("--moe", action="store_true", help="models: only mixture-of-experts models")
-    lst.add_argument("--json", action="store_true")
-    _add_db(lst)
 
-    show = sub.add_parser("show", help="every field of a gpu or model, with its source")
-    show.add_argument("what", choices=("gpu", "model"))
-    show.add_argument("name")
-    show.add_argument("--json", action="store_true")
-    _add_db(show)
+def _check_plan(args: argparse.Namespace) -> None:
+    if args.plan_file:
+        _refuse(args, PLAN_FLAGS, f"the plan file {args.plan_file} sets the plan; put them in the file, "
+                                  "or drop the file")
 
-    chk = sub.add_parser("check", help="validate the databases (built-in and --db) and compare parameter counts")
-    _add_db(chk)
 
-    pred = sub.add_parser("predict", help="predict each configuration of a CSV")
-    pred.add_argument("--csv", required=True, help="input CSV (id, framework, hardware, n_gpus, model, "
-                                                   "weight_format, kv_format, batch, input_len, output_len, metric"
-                                                   "[, value, unit])")
-    pred.add_argument("--out", required=True, help="output CSV (id, status, predicted, measured, rel_error, reason)")
-    pred.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    _add_db(pred)
-    return parser
+def _check_validate(args: argparse.Namespace) -> None:
+    if args.published:
+        _refuse(args, ("device", "model", "quick", "batch", "prompt", "output", "calibration"),
+                "apply to --local, not --published")
+    else:
+        _refuse(args, ("write", "plot"), "apply to --published, not --local")
+    if not (args.plot or args.write):
+        _refuse(args, ("force",), "overwrites the files of --plot or --write; add one of them")
+    if args.write:
+        if not os.path.isdir(args.write):
+            raise ConfigurationError(f"--write {args.write}: not a folder; give the engines_db folder to update")
+        if not args.force:
+            raise ConfigurationError(f"--write {args.write} rewrites the engine files there; pass --force to "
+                                     "overwrite them")
+    if args.plot:
+        _image_output(args.plot, args.force, "--plot")
+
+
+def _check_calibrate(args: argparse.Namespace) -> None:
+    if args.compare:
+        _refuse(args, ("device", "mode", "out", "force", "db"), "not used by --compare, which only reads two profiles")
+    elif args.out:
+        prepare_output(args.out, args.force, "--out")
+    else:
+        _refuse(args, ("force",), "overwrites --out; add --out FILE")
+
+
+def _check_list(args: argparse.Namespace) -> None:
+    unused = {"gpus": ("family", "moe"), "models": ("vendor", "device_class", "min_memory_gib"),
+              "formats": ("vendor", "device_class", "family", "min_memory_gib", "moe", "db")}[args.what]
+    _refuse(args, unused, f"not used by `roofline list {args.what}`")
+
+
+def _check_predict(args: argparse.Namespace) -> None:
+    if "\x00" in read_text(args.csv, "--csv", ConfigurationError):
+        raise ConfigurationError(f"--csv {args.csv} holds NUL characters; give a text CSV file")
+    prepare_output(args.out, args.force, "--out")
+
+
+CHECKS = {"estimate": _check_estimate, "explain": _check_estimate, "speculation": _check_estimate,
+          "plan": _check_plan, "validate": _check_validate, "calibrate": _check_calibrate, "list": _check_list,
+          "predict": _check_predict}
 
 
 def run(args: argparse.Namespace) -> str:
-    """Execute a parsed command and return what to print."""
+    """Execute a command parsed by :func:`estimator.cli_flags.parse` and return what to print."""
+    CHECKS.get(args.command, lambda _: None)(args)
     db = load_database(args.db)
     if args.command == "estimate" and (args.prefill_gpus or args.decode_gpus):
         return _disaggregation(args, db)
     if args.command == "estimate":
         e = estimate(**_estimate_kwargs(args), db=db)
-        return json.dumps(e.to_dict(), indent=2) if args.json else format_estimate(e)
+        return to_json(e.to_dict()) if args.json else format_estimate(e)
     if args.command == "explain":
         return explain(_estimate_kwargs(args), db=db, as_json=args.json)
     if args.command == "report":
@@ -244,13 +188,14 @@ def _calibrate(args: argparse.Namespace, db) -> str:
     plan = tiny_plan(args.device) if args.mode == "smoke" else None
     profile = calibrate(args.device, "quick" if args.mode in (None, "smoke") else args.mode, plan=plan, db=db,
                         progress=stderr_progress)
-    out = save_profile(profile, args.out or default_profile_path(profile.device.name), force=args.force or not args.out)
+    out = write_atomically(args.out or default_profile_path(profile.device.name),
+                           lambda path: save_profile(profile, path, force=True), args.force or not args.out, "--out")
     hardware = db.hardware.get(profile.device.matched_hardware) if profile.device.matched_hardware else None
     return format_profile(profile, hardware) + f"\nprofile written to {out}"
 
 
 def plan_from_args(args: argparse.Namespace):
-    """A PlanSpec from a plan file, or from the flags (the same keys)."""
+    """A PlanSpec from a plan file, or from the flags given (the same keys; the plan's defaults fill the rest)."""
     from pydantic import ValidationError
 
     from estimator.planning.spec import PlanSpec, load_plan
@@ -258,83 +203,79 @@ def plan_from_args(args: argparse.Namespace):
         return load_plan(args.plan_file)
     if not args.model:
         raise ConfigurationError("give a plan file, or --model with --prompt, --output and --concurrency or --rate")
-    split = lambda text: [x.strip() for x in text.split(",") if x.strip()] if text else None  # noqa: E731
+
+    def given(**keys) -> dict:
+        return {key: getattr(args, dest) for key, dest in keys.items() if getattr(args, dest)}
+
+    price_key = "purchase_usd" if args.on_prem else "cloud_usd_per_hour"
     try:
-        return PlanSpec(
-            models=args.model, engine=args.engine,
-            workload={"prompt": args.prompt, "output": args.output, "concurrency": args.concurrency,
-                      "rate": args.rate},
-            targets={"max_ttft_s": args.max_ttft_s, "min_tps_per_user": args.min_tps_per_user,
-                     "percentile": args.percentile},
-            constraints={"formats": split(args.formats), "min_bits": args.min_bits, "gpus": split(args.gpus),
-                         "max_gpus": args.max_gpus, "deployment": "on_prem" if args.on_prem else "cloud",
-                         "budget_usd": args.budget, "devices_per_node": args.devices_per_node},
-            prices={"devices": _price_overrides(args.price, args.on_prem)})
+        return PlanSpec.model_validate({
+            "models": args.model, **given(engine="engine"),
+            "workload": given(prompt="prompt", output="output", concurrency="concurrency", rate="rate"),
+            "targets": given(max_ttft_s="max_ttft_s", min_tps_per_user="min_tps_per_user", percentile="percentile"),
+            "constraints": {**given(formats="formats", min_bits="min_bits", gpus="gpus", max_gpus="max_gpus",
+                                    budget_usd="budget", devices_per_node="devices_per_node"),
+                            "deployment": "on_prem" if args.on_prem else "cloud"},
+            "prices": {"devices": {name: {price_key: usd} for name, usd in args.price}}})
     except ValidationError as exc:
-        raise ConfigurationError(describe_validation_error(exc)) from None
-
-
-def _price_overrides(items: list[str], on_prem: bool) -> dict:
-    out = {}
-    for item in items:
-        name, _, value = item.rpartition("=")
-        try:
-            amount = float(value)
-        except ValueError:
-            raise ConfigurationError(f"--price {item!r}: expected DEVICE=USD, e.g. 'NVIDIA H100 SXM=2.99'") from None
-        out[name.strip()] = {"purchase_usd" if on_prem else "cloud_usd_per_hour": amount}
-    return out
+        raise ConfigurationError(f"invalid plan: {describe_validation_error(exc)}") from None
 
 
 def _plan(args: argparse.Namespace, db) -> str:
     from estimator.planning.search import plan
     from estimator.reporting.plan_text import format_plan
     result = plan(plan_from_args(args), db=db)
-    if args.json:
-        return json.dumps(result.to_dict(), indent=2, default=lambda x: None)
-    return format_plan(result)
+    return to_json(result.to_dict()) if args.json else format_plan(result)
 
 
 def _validate(args: argparse.Namespace, db) -> str:
     if args.local:
         from estimator.validation.local import validate_local
-        return validate_local(args.device, args.model, quick=args.quick, db=db, as_json=args.json)
+        return validate_local(args.device, args.model, quick=args.quick, db=db, as_json=args.json,
+                              batches=args.batch, prompts=args.prompt, output_tokens=args.output,
+                              calibration=args.calibration)
     from estimator.validation import published as val
     try:
         result = val.run(db=db)
     except ImportError as exc:
         raise ConfigurationError(f"fitting needs scipy: pip install scipy ({exc})") from None
-    text = json.dumps({"headline": val.headline(result), "widening": val.calibrated_widening(result)[0],
-                       **{f"by_{by.replace(' ', '_')}": val.error_table(result, by)
-                          for by in ("metric", "engine", "device class", "model type")}}, indent=2) \
-        if args.json else val.format_validation(result)
+    written = {}
     if args.plot:
-        text += "\n" + _save_validation_plot(result, args)
+        written["plot"] = str(_save_validation_plot(result, args))
     if args.write:
-        text += "\nwrote " + ", ".join(val.write_results(result, args.write))
-    return text
+        written["wrote"] = val.write_results(result, args.write)
+    if args.json:
+        return to_json({**val.to_json(result), **written})
+    return "\n".join([val.format_validation(result), *(f"{key}: {value}" for key, value in written.items())])
 
 
-def _save_figure(path: str, flag: str, force: bool, size: tuple[float, float], draw) -> str:
-    """Draw on a new figure with ``draw(ax)`` and save it as PNG, never over an existing file without --force."""
-    from pathlib import Path
+def _image_output(path: str, force: bool, flag: str) -> str:
+    """Check an image path before any work (see :func:`prepare_output`); the type follows its suffix (PNG if none)."""
+    kind = os.path.splitext(path)[1].lstrip(".").lower() or "png"
+    if kind not in ("png", "svg", "pdf"):
+        raise ConfigurationError(f"{flag} {path}: cannot write a .{kind} image; use .png, .svg or .pdf")
+    prepare_output(path, force, flag)
+    return kind
 
+
+def _save_figure(path: str, flag: str, force: bool, size: tuple[float, float], draw) -> Path:
+    """Draw on a new figure with ``draw(ax)`` and save it, never over an existing file without --force."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = Path(path)
-    if out.exists() and not force:
-        raise ConfigurationError(f"{out} exists; pass --force to overwrite it, or choose another {flag}")
+    kind = _image_output(path, force, flag)
     fig, ax = plt.subplots(figsize=size)
-    draw(ax)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return f"plot written to {out}"
+    try:
+        draw(ax)
+        fig.tight_layout()
+        out = write_atomically(path, lambda tmp: fig.savefig(tmp, dpi=120, format=kind), force, flag)
+    finally:
+        plt.close(fig)
+    return out
 
 
-def _save_validation_plot(result, args) -> str:
+def _save_validation_plot(result, args) -> Path:
     from estimator.reporting.plots import plot_predicted_vs_measured
     return _save_figure(args.plot, "--plot", args.force, (7, 6), lambda ax: plot_predicted_vs_measured(
         ax, result.problem.measured, result.predicted, result.labels()["engine"],
@@ -350,18 +291,17 @@ def _speculation(args: argparse.Namespace, db) -> str:
     if not (kwargs["draft_model"] or kwargs["draft_cost"]):
         kwargs["draft_cost"] = 0.05
     grid = speculative_speedup_grid(**kwargs, alphas=SPECULATION_ALPHAS, gammas=SPECULATION_GAMMAS, db=db)
-    if args.json:
-        return json.dumps({"alphas": SPECULATION_ALPHAS, "gammas": SPECULATION_GAMMAS, "speedup": grid.tolist()})
-    rows = [(f"γ = {g}", *(f"{v:.2f}" for v in row)) for g, row in zip(SPECULATION_GAMMAS, grid)]
     draft = kwargs["draft_model"] or f"heads at {kwargs['draft_cost']:g} of a step"
-    text = (f"Speculative decoding speed-up, {args.model} on {args.gpu}, batch {args.batch}, draft {draft}\n"
-            + table(rows, header=("", *(f"α={a:g}" for a in SPECULATION_ALPHAS))))
-    if args.out:
-        text += "\n" + _save_speculation_plot(args, grid, draft)
-    return text
+    plot = {"plot": str(_save_speculation_plot(args, grid, draft))} if args.out else {}
+    if args.json:
+        return to_json({"alphas": SPECULATION_ALPHAS, "gammas": SPECULATION_GAMMAS, "speedup": grid, **plot},
+                       indent=None)
+    text = format_speculation(grid, SPECULATION_ALPHAS, SPECULATION_GAMMAS,
+                              f"{args.model} on {args.gpu}, batch {args.batch}, draft {draft}")
+    return text + (f"\nplot written to {plot['plot']}" if plot else "")
 
 
-def _save_speculation_plot(args: argparse.Namespace, grid, draft: str) -> str:
+def _save_speculation_plot(args: argparse.Namespace, grid, draft: str) -> Path:
     from estimator.reporting.plots import plot_speculative_speedup
     return _save_figure(args.out, "--out", args.force, (7, 4.5), lambda ax: plot_speculative_speedup(
         ax, SPECULATION_ALPHAS, SPECULATION_GAMMAS, grid,
@@ -371,33 +311,41 @@ def _save_speculation_plot(args: argparse.Namespace, grid, draft: str) -> str:
 def _disaggregation(args: argparse.Namespace, db) -> str:
     if not (args.prefill_gpus and args.decode_gpus and args.rate):
         raise ConfigurationError("disaggregated serving needs --prefill-gpus X, --decode-gpus Y and --rate R")
-    common = dict(tp=args.tp or 1, pp=args.pp, ep=args.ep, weight_format=args.format, kv_format=args.kv_format,
-                  prompt_tokens=args.prompt, output_tokens=args.output, db=db)
-    result = {
-        "rate": args.rate,
-        "disaggregated": disagg.disaggregated(args.model, args.gpu, args.rate, args.prefill_gpus, args.decode_gpus,
-                                              **common),
-        "aggregated": disagg.aggregated(args.model, args.gpu, args.rate, args.prefill_gpus + args.decode_gpus,
-                                        **common),
-    }
-    if args.max_ttft_s or args.max_itl_s:
-        result["fewest_devices"] = disagg.fewest_devices(args.model, args.gpu, args.rate, max_devices=args.max_gpus,
-                                                         max_ttft_s=args.max_ttft_s, max_itl_s=args.max_itl_s,
-                                                         **common)
-        result["targets"] = {"max_ttft_s": args.max_ttft_s, "max_itl_s": args.max_itl_s}
-    return json.dumps(result, indent=2) if args.json else format_disaggregation(result)
+    options = {k: v for k, v in _estimate_kwargs(args).items()
+               if k not in ("model", "gpu", "n_gpus", "batch", "concurrency", "rate", "chunked_prefill")}
+    result = disagg.compare(args.model, args.gpu, args.rate, args.prefill_gpus, args.decode_gpus,
+                            max_devices=args.max_gpus, max_ttft_s=args.max_ttft_s, max_itl_s=args.max_itl_s, db=db,
+                            **{**options, "tp": args.tp or 1})
+    return to_json(result) if args.json else format_disaggregation(result)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command line; returns the exit code (0 success, 2 invalid input, 3 unexpected error)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = parse(argv)
+    except SystemExit as exc:  # --help (0), or an invalid flag (2): argparse has printed why
+        return exc.code if isinstance(exc.code, int) else EXIT_INVALID
     try:
         print(run(args))
     except RooflineError as exc:
-        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return _fail(args, EXIT_INVALID, str(exc))
     except BrokenPipeError:  # `roofline list gpus | head`: the reader left, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
+    except KeyboardInterrupt:
+        return _fail(args, EXIT_INTERRUPTED, "interrupted")
+    except Exception as exc:  # the safety net: a bug, not a bad input
+        if args.debug:
+            traceback.print_exc()
+        hint = "" if args.debug else "; rerun with --debug for the traceback"
+        return _fail(args, EXIT_UNEXPECTED, f"unexpected error ({type(exc).__name__}: {str(exc)[:300]}){hint}")
+    return EXIT_OK
+
+
+def _fail(args: argparse.Namespace, code: int, message: str) -> int:
+    """Print the message on one line of stderr; return the exit code."""
+    print(f"roofline {args.command}: error: {' '.join(message.split())}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

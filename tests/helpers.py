@@ -15,20 +15,22 @@ IDEAL_ENGINE = EngineDefaults(
 
 
 def run(spec, hw, fmt="f16", kv="f16", B=1, T=512, O=256, n_gpus=1, ideal=True, fused=True,
-        tp=None, pp=1, ep=1, dp=1, serving=None, **overrides):
-    """Evaluate one configuration; ``ideal`` sets every efficiency to 1 and overheads to 0."""
+        tp=None, pp=1, ep=1, dp=1, serving=None, engine=None, **overrides):
+    """Evaluate one configuration; ``ideal`` sets every efficiency to 1 and overheads to 0; ``engine``
+    (with ``ideal=False``) evaluates with those engine parameters instead of the generic ones."""
     f = weight_format(fmt)
     hw_cols = hardware_columns([hw])
     if ideal:
         hw_cols["device_bandwidth_eff"] = np.ones(1)
         hw_cols["device_compute_eff"] = np.ones(1)
-    m_cols, f_cols = model_columns([spec]), format_columns([f], IDEAL_ENGINE if ideal else _generic())
+    chosen = IDEAL_ENGINE if ideal else (engine or _generic())
+    m_cols, f_cols = model_columns([spec]), format_columns([f], chosen)
     for key, value in overrides.items():
         for cols in (m_cols, hw_cols, f_cols):
             if key in cols:
                 cols[key] = np.asarray([value], dtype=float)
     peaks, _ = compute_peak_table([f], [hw])
-    kwargs = {"engine": IDEAL_ENGINE} if ideal else {}
+    kwargs = {"engine": chosen}
     layout = {"tp": tp or n_gpus, "pp": pp, "ep": ep, "dp": dp}
     out = compute_results(m_cols, hw_cols, f_cols, kv_columns([kv_format(kv)]), peaks[0], B, T, O, layout,
                    serving={"fused_attention": fused, **(serving or {})}, **kwargs)

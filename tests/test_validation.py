@@ -7,10 +7,11 @@ import pytest
 
 from estimator.efficiency.engine_profiles import load_intervals
 from estimator.evaluation.api import estimate
+from estimator.specs.database import load_database
 from estimator.validation.cross_validation import cross_validate
 from estimator.validation.dataset import load_dataset
 from estimator.validation.fitting import build_problem, fit_engine, theta_of
-from estimator.validation.published import calibrated_widening, coverage, format_validation, headline
+from estimator.validation.published import fit_failures, format_validation, headline, to_json
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +30,11 @@ def validation(published_validation):
 
 
 def test_dataset_meets_its_coverage_targets(dataset, problem):
-    assert len(dataset.rows) >= 600
-    assert len(dataset.sources) >= 8
-    assert len({c.hardware.name for c in problem.resolved.configs}) >= 30
+    usable_sources = {r["source"] for r in dataset.usable()}
+    assert len(problem.measured) >= 1200 and len(usable_sources) >= 25
+    assert len({c.hardware.name for c in problem.resolved.configs}) >= 60
+    recent = [r for r in dataset.usable() if r["date"] >= "2025" and r["engine_version"]]
+    assert len(recent) >= 300
     assert {"decode_tps_per_seq", "prefill_tps", "ttft_ms", "throughput_out_tps"} <= set(problem.resolved.metrics)
     assert any(c.model.shape.moe for c in problem.resolved.configs)
     assert any(c.prompt_tokens >= 4096 for c, m in zip(problem.resolved.configs, problem.resolved.metrics)
@@ -49,8 +52,14 @@ def test_the_fit_is_deterministic(problem):
     assert np.array_equal(theta_of(first), theta_of(second))
 
 
+def test_parameters_round_trip_through_their_products():
+    from estimator.validation.fitting import PRIOR, parameters_from
+    theta = PRIOR * np.linspace(0.8, 1.2, len(PRIOR))
+    assert np.allclose(theta_of(parameters_from(theta)), theta)
+
+
 def test_cross_validation_cannot_see_its_held_out_source(problem):
-    source = "gpt-fast-readme"
+    source = "gpt-fast-readme"      # the only source of the gpt-fast engine
     tampered = build_tampered(problem, source, factor=10.0)
     held_out = problem.sources == source
     before, after = cross_validate(problem, only=[source]), cross_validate(tampered, only=[source])
@@ -66,25 +75,74 @@ def build_tampered(problem, source, factor):
     return replace(problem, measured=measured)
 
 
-def test_intervals_cover_about_80_percent_out_of_source(validation):
-    k, covered = calibrated_widening(validation)
-    assert 0.78 <= covered <= 0.92
-    assert coverage(validation, 1.0) < covered        # the widening is needed, and it is measured
+def test_rows_that_ran_are_never_dropped(dataset, problem, validation):
+    """Every usable row that resolves is judged, those the memory model rejects included."""
+    from estimator.validation.predict import resolve_rows
+    _, results = resolve_rows(dataset.usable(), load_database())
+    resolved = sum(r["status"] == "ok" for r in results)
+    assert len(problem.measured) == resolved == len(validation.predicted)
+    failures = fit_failures(validation)
+    assert failures["count"] == int((~problem.fits).sum()) > 0
+    assert headline(validation)["fit_failures"] == failures["count"]
+    assert np.isfinite(validation.predicted[~problem.fits]).all()
+
+
+def test_intervals_cover_about_80_percent_out_of_source_per_phase(validation):
+    for phase in ("decode", "prefill", "throughput"):
+        quality = headline(validation)["phases"][phase]["interval"]
+        assert quality["rows"] > 100
+        assert 0.65 <= quality["coverage"] <= 0.90, phase
+
+
+def test_widening_is_chosen_without_the_judged_source(validation):
+    """Tampering with one source's residuals never moves that source's own band."""
+    from estimator.validation.interval_calibration import held_out_bands
+    r = validation.residuals()
+    source = "llamacpp-benches-dgx-spark"
+    mine = r.sources == source
+    before = held_out_bands(r)
+    r.log_ratio = np.where(mine, r.log_ratio + 3.0, r.log_ratio)
+    after = held_out_bands(r)
+    assert np.allclose(before.low[mine], after.low[mine], equal_nan=True)
+    assert np.allclose(before.high[mine], after.high[mine], equal_nan=True)
+    assert not np.allclose(before.low[~mine], after.low[~mine], equal_nan=True)   # it moves the others
 
 
 def test_error_has_not_got_worse_than_reported(validation):
     reported = load_intervals()["headline"]
     now = headline(validation)
-    assert now["decode_median_abs_error"] <= reported["decode_median_abs_error"] + 0.005
-    assert now["prefill_ttft_median_abs_error"] <= reported["prefill_ttft_median_abs_error"] + 0.005
+    for key in ("decode_median_abs_error", "prefill_ttft_median_abs_error", "throughput_median_abs_error",
+                "decode_p90_abs_error"):
+        assert now[key] <= reported[key] + 0.005, key
     assert now["rows"] >= reported["rows"] * 0.95
+
+
+def test_fitted_products_stay_within_physical_bounds():
+    from estimator.efficiency.engine_profiles import load_engines
+    for profile in load_engines():
+        for name, p in (profile.fit.parameters if profile.fit else {}).items():
+            assert p.lower <= p.value <= p.upper, (profile.name, name)
+            if name.startswith(("bandwidth", "dequant_bandwidth")):
+                assert p.upper <= 0.95
+            if name.startswith("compute"):
+                assert p.upper <= 1.0
 
 
 def test_validation_report_has_every_table(validation):
     text = format_validation(validation)
-    for part in ("leave one source out", "By metric", "By engine", "By device class", "By model type",
-                 "Worst rows", "80% prediction intervals"):
+    for part in ("leave one source out", "80% coverage", "By metric", "By engine", "By backend", "By device group",
+                 "By format family", "Worst rows", "predicted not to fit"):
         assert part in text
+
+
+def test_validation_json_has_headline_splits_and_fit_record(validation):
+    data = to_json(validation)
+    assert {"decode", "prefill", "throughput", "serving"} <= set(data["headline"]["phases"])
+    for by in ("engine", "backend", "device group", "format family"):
+        assert data["splits"][by]
+    assert data["fit_failures"]["count"] == len(data["fit_failures"]["ids"])
+    record = data["parameters"]["llama.cpp"]["parameters"]["bandwidth_datacenter"]
+    assert {"value", "lower", "upper", "stderr", "on_bound"} <= set(record)
 
 
 def test_estimates_carry_intervals():
@@ -93,6 +151,15 @@ def test_estimates_carry_intervals():
     assert d["decode_tps_per_seq_low"] < d["decode_tps_per_seq"] < d["decode_tps_per_seq_high"]
     assert d["ttft_s_low"] < d["ttft_s"] < d["ttft_s_high"]
     assert "leave-one-source-out" in d["interval_basis"] and d["interval_calibrated"] is False
+
+
+def test_predict_writes_an_interval_for_every_row(dataset, tmp_path):
+    from estimator.validation.predict import predict_rows
+    rows = [r for r in dataset.usable() if r["source"] == "xiongjiedai-gpu-bench"][:20]
+    out = predict_rows(rows)
+    for r in out:
+        if r["status"] == "ok":
+            assert float(r["predicted_low"]) < float(r["predicted"]) < float(r["predicted_high"]), r["id"]
 
 
 def test_local_validation_runs_on_this_cpu(tmp_path, monkeypatch):
@@ -104,17 +171,48 @@ def test_local_validation_runs_on_this_cpu(tmp_path, monkeypatch):
     data = json.loads(validate_local("cpu", ["Qwen/Qwen2.5-0.5B"], quick=True, as_json=True))
     assert len(data["runs"]) == 2
     for run_ in data["runs"]:
+        # structure and sanity only: measured timings move with whatever else runs on the machine, so how
+        # close they come to the prediction is a benchmark figure, not a test
         for key in ("measured_ttft_s", "predicted_ttft_s", "measured_decode_tps", "predicted_decode_tps"):
             assert np.isfinite(run_[key]) and run_[key] > 0
-        # a faithful model and a calibrated device: within a factor of 5 either way
-        assert 0.2 < run_["predicted_decode_tps"] / run_["measured_decode_tps"] < 5
 
 
-def test_local_validation_rejects_moe(db):
+def test_local_validation_rejects_mla(db):
     pytest.importorskip("torch", reason="needs the calibrate extra")
     import torch
 
     from estimator.errors import ConfigurationError
     from estimator.validation.local import build_decoder
-    with pytest.raises(ConfigurationError, match="dense GQA"):
-        build_decoder(torch, db.models.get("mixtral-8x7b"), "cpu", torch.float32)
+    with pytest.raises(ConfigurationError, match="MLA"):
+        build_decoder(torch, db.models.get("deepseek-v2-lite"), "cpu", torch.float32)
+
+
+def test_local_decoder_builds_moe_with_the_models_routing(db):
+    """A small MoE with the routing of Qwen3-30B-A3B (top-k of E experts) runs prefill and decode."""
+    pytest.importorskip("torch", reason="needs the calibrate extra")
+    import torch
+
+    from estimator.validation.local import build_decoder, measure
+    spec = db.models.get("qwen3-30b-a3b")
+    shape = spec.shape.model_copy(update={
+        "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_kv_heads": 2, "head_dim": 16,
+        "vocab_size": 300, "moe": spec.shape.moe.model_copy(update={"num_experts": 8, "expert_intermediate_size": 32})})
+    forward, new_cache = build_decoder(torch, spec.model_copy(update={"shape": shape}), "cpu", torch.float32)
+    got = measure(torch, forward, new_cache, "cpu", 300, batch=3, prompt=12, output=4)
+    assert got["ttft_s"] > 0 and got["decode_tps_per_seq"] > 0
+
+
+def test_local_validation_takes_batches_prompts_and_a_profile(tmp_path, monkeypatch):
+    pytest.importorskip("torch", reason="needs the calibrate extra")
+    import json
+
+    from calibrate.run import calibrate, tiny_plan
+    from estimator.efficiency.calibration_profile import save_profile
+    from estimator.validation.local import validate_local
+    monkeypatch.setenv("ROOFLINE_CALIBRATION_DIR", str(tmp_path / "none"))
+    profile_path = tmp_path / "profile.yaml"
+    save_profile(calibrate("cpu", "quick", plan=tiny_plan("cpu")), profile_path)
+    data = json.loads(validate_local("cpu", ["Qwen/Qwen2.5-0.5B"], as_json=True, batches=[2], prompts=[16, 32],
+                                     output_tokens=3, calibration=str(profile_path)))
+    assert [(r["batch"], r["prompt"], r["output"]) for r in data["runs"]] == [(2, 16, 3), (2, 32, 3)]
+    assert not list((tmp_path / "none").glob("*"))    # the given profile was used: nothing measured again

@@ -44,15 +44,26 @@ class EngineDefaults(Frozen):
     kv_bandwidth_eff: float = Field(gt=0, le=1, description="decode attention reading the KV cache")
     compute_eff: float = Field(gt=0, le=2, description="share of the database's dense peak prefill reaches")
     bandwidth_scale_by_group: dict[str, float] = Field(
-        default_factory=dict, description="factor on the bandwidth efficiencies by device group (DEVICE_GROUPS), "
-                                          "for engines whose kernels fare differently on, e.g., Metal and CUDA")
+        default_factory=dict, description="factor on the 16/8-bit (native) bandwidth efficiency by device group "
+                                          "(DEVICE_GROUPS), for engines whose kernels fare differently on, e.g., "
+                                          "Metal and CUDA")
+    dequant_scale_by_group: dict[str, float] = Field(
+        default_factory=dict, description="the same factor for dequantizing kernels (weight-only, GGUF, FP4); "
+                                          "the native one when not given")
     compute_eff_by_group: dict[str, float] = Field(
         default_factory=dict, description="overrides of compute_eff by device group (DEVICE_GROUPS). Above 1 "
                                           "where kernels use a faster path than the peak the database lists, e.g. "
                                           "FP16 accumulation on GeForce cards, whose listed peak is FP32-accumulate")
     per_step_s: float = Field(ge=0, description="scheduler, sampling, launch of a forward pass")
     per_layer_s: float = Field(ge=0, description="kernel launches and synchronisation per layer")
+    per_sequence_s: float = Field(
+        default=0.0, ge=0, description="host time per sequence per step (scheduling, sampling, detokenizing), "
+                                       "which a step pays on top of per_step_s; it grows the step with the batch")
     allreduce_latency_s: float = Field(ge=0, description="fixed cost of one small tensor-parallel all-reduce")
+    fp16_accumulate: bool = Field(
+        default=False, description="16-bit GEMMs accumulate in FP16, which GeForce cards run at twice their listed "
+                                   "(FP32-accumulate) rate (compute_ceiling); a property of the engine's kernels, "
+                                   "never fitted")
     basis: str
 
 
@@ -90,7 +101,25 @@ GENERIC_ENGINE = EngineDefaults(
           "with CUDA graphs reducing launch costs; one decode-sized all-reduce costs ~20 us (LLMCompass measured "
           "26 us on 4xA100 NVLink, AIConfigurator assumes 10 us p2p latency on H100/H200)")
 
+# The roofline at 100% of the datasheet, with no fixed costs: what no engine can beat. Prediction
+# intervals are capped by it, and fitted efficiencies are bounded below it (docs/formulas.md §9).
+PHYSICAL_LIMIT = EngineDefaults(
+    bandwidth_eff={"native": 1.0, "weight_only": 1.0, "gguf": 1.0, "fp4": 1.0}, kv_bandwidth_eff=1.0,
+    compute_eff=1.0, per_step_s=0.0, per_layer_s=0.0, allreduce_latency_s=0.0, fp16_accumulate=True,
+    basis="physical limit: datasheet bandwidth and dense peak, no overheads")
+
 GROUP_OF_CLASS = {c: g for g, classes in DEVICE_GROUPS.items() for c in classes}
+
+
+def compute_ceiling(hw: Hardware) -> float:
+    """The most of the listed dense 16-bit peak any kernel can reach on this device.
+
+    GeForce cards list their FP16/BF16 tensor rate with FP32 accumulation; with FP16 accumulation (as
+    llama.cpp's cuBLAS path uses) they run twice as fast (NVIDIA Ampere GA102, Ada and Blackwell GeForce
+    whitepapers: "FP16 Tensor TFLOPS with FP16 Accumulate" = 2 x "with FP32 Accumulate"). Workstation
+    and datacenter parts run both at one rate.
+    """
+    return 2.0 if hw.vendor == "NVIDIA" and hw.device_class is DeviceClass.consumer_gpu else 1.0
 
 
 def compute_eff_by_class(engine: EngineDefaults) -> np.ndarray:
@@ -98,9 +127,12 @@ def compute_eff_by_class(engine: EngineDefaults) -> np.ndarray:
     return np.array([engine.compute_eff_by_group.get(GROUP_OF_CLASS[c], engine.compute_eff) for c in CLASS_ORDER])
 
 
-def bandwidth_scale_by_class(engine: EngineDefaults) -> np.ndarray:
-    """The engine's bandwidth factor for each device class, in :data:`CLASS_ORDER`."""
-    return np.array([engine.bandwidth_scale_by_group.get(GROUP_OF_CLASS[c], 1.0) for c in CLASS_ORDER])
+def bandwidth_scale_by_class(engine: EngineDefaults, dequantizing: bool = False) -> np.ndarray:
+    """The engine's bandwidth factor for each device class, in :data:`CLASS_ORDER` (native or dequantizing kernels)."""
+    native = [engine.bandwidth_scale_by_group.get(GROUP_OF_CLASS[c], 1.0) for c in CLASS_ORDER]
+    if not dequantizing:
+        return np.array(native)
+    return np.array([engine.dequant_scale_by_group.get(GROUP_OF_CLASS[c], n) for c, n in zip(CLASS_ORDER, native)])
 
 
 _HBM_TYPES = {MemoryType.HBM2, MemoryType.HBM2e, MemoryType.HBM3, MemoryType.HBM3e}

@@ -20,7 +20,18 @@ from pydantic import Field, ValidationError
 from estimator.efficiency.defaults import EngineDefaults
 from estimator.errors import DatabaseError, UnknownNameError
 from estimator.specs.database import normalize
+from estimator.specs.formats import WeightFormat
 from estimator.specs.sourced import Frozen
+
+
+class FittedParameter(Frozen):
+    """One fitted parameter: its value, the physical bounds it was fitted within, and its standard error."""
+
+    value: float
+    lower: float
+    upper: float
+    stderr: float | None = Field(default=None, description="from the fit's Jacobian; None when not identified")
+    on_bound: bool = Field(description="True when the fit ended on a bound: a mechanism is missing")
 
 
 class FitRecord(Frozen):
@@ -30,6 +41,14 @@ class FitRecord(Frozen):
     sources: list[str]
     date: str
     loso_median_abs_error: dict[str, float] = Field(default_factory=dict, description="by metric, cross-validated")
+    parameters: dict[str, FittedParameter] = Field(default_factory=dict)
+
+
+class BackendVariant(Frozen):
+    """An engine's parameters on a backend whose kernels differ from its primary ones (llama.cpp on ROCm)."""
+
+    parameters: EngineDefaults
+    fit: FitRecord | None = None
 
 
 class EngineProfile(Frozen):
@@ -38,8 +57,40 @@ class EngineProfile(Frozen):
     match: list[str] = Field(description="case-insensitive substrings of a measurement's `framework` column")
     multi_gpu: str = Field(default="tensor", pattern="^(tensor|layers)$", description="how N devices split a model")
     parameters: EngineDefaults
+    primary_backends: list[str] = Field(
+        default_factory=lambda: ["cuda"], description="backends the main parameters describe; any other backend "
+                                                      "is a variant, fitted on its own rows")
+    backends: dict[str, BackendVariant] = Field(default_factory=dict, description="fitted variants by backend")
+    compute_dtypes: list[str] | None = Field(
+        default=None, description="the math dtypes the engine's kernels use; a format whose preferred compute "
+                                  "dtype is not among them falls back to the next it allows (None: any)")
     fit: FitRecord | None = None
     notes: str | None = None
+
+    def runs(self, fmt: WeightFormat) -> WeightFormat:
+        """The format as this engine computes it: its compute dtypes limited to those the kernels have."""
+        if self.compute_dtypes is None:
+            return fmt
+        usable = tuple(d for d in fmt.compute_dtypes if d in self.compute_dtypes)
+        if "fp32" in self.compute_dtypes and "fp32" not in usable:   # every device has an fp32 peak
+            usable += ("fp32",)
+        return fmt if usable == fmt.compute_dtypes else fmt.model_copy(update={"compute_dtypes": usable})
+
+    def on_backend(self, backend: str) -> "EngineProfile":
+        """The profile as it runs on ``backend``: ``name@backend`` with that variant's parameters.
+
+        A backend without a fitted variant keeps the main parameters (the best guess there is), and
+        its name says which backend was asked for.
+        """
+        if not backend or backend in self.primary_backends:
+            return self
+        variant = self.backends.get(backend)
+        return self.model_copy(update={"name": f"{self.name}{BACKEND_MARK}{backend}",
+                                       "parameters": variant.parameters if variant else self.parameters,
+                                       "fit": variant.fit if variant else None})
+
+
+BACKEND_MARK = "@"   # llama.cpp@vulkan: an engine on a named backend
 
 
 INTERVALS_FILE = "_intervals.yaml"   # written by `roofline validate --published --write`
@@ -66,12 +117,14 @@ def load_engines() -> tuple[EngineProfile, ...]:
 
 
 def engine(name: str) -> EngineProfile:
-    """An engine by name or alias."""
-    key = normalize(name)
+    """An engine by name or alias, optionally on a backend (``llama.cpp@vulkan``)."""
+    base, _, backend = name.partition(BACKEND_MARK)
+    key = normalize(base)
     for profile in load_engines():
         if key in {normalize(profile.name), *map(normalize, profile.aliases)}:
-            return profile
-    raise UnknownNameError(f"unknown engine {name!r}. Known: {', '.join(p.name for p in load_engines())}.")
+            return profile.on_backend(backend.strip().lower())
+    raise UnknownNameError(f"unknown engine {name!r}. Known: {', '.join(p.name for p in load_engines())}; "
+                           f"add {BACKEND_MARK}BACKEND (cuda, rocm, metal, vulkan, sycl, cpu) to pick a backend.")
 
 
 def engine_for_framework(framework: str) -> EngineProfile:

@@ -21,16 +21,17 @@ from estimator.efficiency.calibration_profile import (
     load_profile,
     profile_dir,
 )
-from estimator.efficiency.engine_profiles import EngineProfile
+from estimator.efficiency.defaults import PHYSICAL_LIMIT
+from estimator.efficiency.engine_profiles import BACKEND_MARK, EngineProfile
 from estimator.efficiency.engine_profiles import engine as engine_profile
 from estimator.errors import ConfigurationError, describe_validation_error
 from estimator.evaluation.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
 from estimator.evaluation.compute import compute_results
+from estimator.evaluation.configurations import Configuration
 from estimator.evaluation.fixed_batch import effective_rates
-from estimator.evaluation.intervals import interval_columns
+from estimator.evaluation.intervals import default_backend, interval_columns
 from estimator.evaluation.results import AXES, ResultTable
 from estimator.serving.workload import DEFAULT_HOST_CPU, Layout, ServingOptions, as_layout, check_layout, check_workload
-from estimator.specs.config_json import load_config_json
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import KVFormat, WeightFormat, kv_format, weight_format
 from estimator.specs.hardware import Hardware
@@ -52,13 +53,10 @@ CALIBRATED_DTYPES = ("bf16", "fp16", "fp32")
 
 
 def resolve_model(model: str | ModelSpec, db: Database) -> ModelSpec:
-    """A spec, a database name/alias/HF id, or a path to a local config.json (or its folder)."""
-    if isinstance(model, ModelSpec):
-        return model
-    path = Path(model)
-    if model.endswith(".json") or (path.is_dir() and (path / "config.json").exists()):
-        return load_config_json(path)
-    return db.models.get(model)
+    """A spec, a database name/alias/HF id, or a local checkpoint: see estimator.specs.checkpoint."""
+    from estimator.physics.params import count_params
+    from estimator.specs.checkpoint import read_local_model
+    return model if isinstance(model, ModelSpec) else read_local_model(model, count_params) or db.models.get(model)
 
 
 def resolve_hardware(gpu: str | Hardware, db: Database) -> Hardware:
@@ -82,7 +80,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
           batches: Sequence[int] = (1,), prompt_tokens: Sequence[int] = (512,), output_tokens: Sequence[int] = (256,),
           layouts: Sequence[int | Layout] = (1,), *, serving: ServingOptions | None = None, detail: bool = False,
           calibrations: dict[str, CalibrationProfile] | None = None, engine: str | EngineProfile = "generic",
-          db: Database | None = None) -> ResultTable:
+          physical_limit: bool = False, db: Database | None = None) -> ResultTable:
     """Estimate every combination of the given lists (their cartesian product).
 
     Parameters
@@ -102,6 +100,9 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         Serving engine whose fitted efficiencies and overheads apply (``engines_db/``).
     detail : bool
         Also return the FLOP and byte ledgers and the time split per phase.
+    physical_limit : bool
+        The roofline at 100% of datasheet bandwidth and peak with no overheads, instead of the engine's
+        efficiencies: the speed no engine can beat (it caps every prediction interval).
 
     Returns
     -------
@@ -120,7 +121,8 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     db = db or load_database()
     model_specs = [resolve_model(m, db) for m in models]
     devices = [resolve_hardware(g, db) for g in gpus]
-    fmts = [resolve_weight_format(f) for f in weight_formats]
+    profile_engine = resolve_engine(engine)
+    fmts = [profile_engine.runs(resolve_weight_format(f)) for f in weight_formats]
     kvs = [resolve_kv_format(k) for k in kv_formats]
     layout_specs = [as_layout(v) for v in layouts]
     serving = serving or ServingOptions()
@@ -140,7 +142,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     def values_on_axis(values, axis: int) -> np.ndarray:
         return on_axis({"v": np.asarray(values, dtype=float)}, axis)["v"]
 
-    parameters = resolve_engine(engine).parameters
+    parameters = PHYSICAL_LIMIT if physical_limit else profile_engine.parameters
     peaks, dtypes = compute_peak_table(fmts, devices)
     f_columns = on_axis(format_columns(fmts, parameters), 2)
     host = None
@@ -149,9 +151,9 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         host_peaks, _ = compute_peak_table(fmts, [cpu])
         host = effective_rates(hardware_columns([cpu]), f_columns, values_on_axis(host_peaks[:, 0], 2), parameters)
     draft = None if serving.draft_model is None else model_columns([resolve_model(serving.draft_model, db)])
-    hw_columns = hardware_columns(devices)
+    hw_columns = hardware_columns(devices, physical_limit)
     for i, device in enumerate(devices):
-        profile = (calibrations or {}).get(device.name)
+        profile = None if physical_limit else (calibrations or {}).get(device.name)
         if profile is not None:
             bandwidth_eff, compute_eff, _ = device_efficiencies(profile, device, CALIBRATED_DTYPES)
             hw_columns["device_bandwidth_eff"][i] = bandwidth_eff
@@ -188,16 +190,46 @@ def resolve_calibrated_hardware(gpu: str | Hardware, calibration, db: Database):
     if isinstance(calibration, (str, Path)) and str(calibration) not in ("auto", "none"):
         calibration = load_profile(calibration)
     if isinstance(gpu, str) and gpu.strip().lower() == "local":
-        profile = calibration if isinstance(calibration, CalibrationProfile) else find_profile()
+        profile = _measured(calibration if isinstance(calibration, CalibrationProfile) else find_profile())
         if profile is None:
             raise ConfigurationError(f"--gpu local needs a calibration profile: run `roofline calibrate` first "
                                      f"(profiles are kept in {profile_dir()}) or pass --calibration FILE")
         matched = profile.device.matched_hardware
-        return (db.hardware.get(matched) if matched else hardware_from_profile(profile)), profile
+        return (db.hardware.get(matched) if matched else _device_of(profile)), profile
     device = resolve_hardware(gpu, db)
     if calibration == "auto":
-        return device, find_profile(device.name, *device.aliases)
-    return device, calibration if isinstance(calibration, CalibrationProfile) else None
+        return device, _measured(find_profile(device.name, *device.aliases))
+    return device, _measured(calibration) if isinstance(calibration, CalibrationProfile) else None
+
+
+# The range of rates (bytes/s, FLOP/s) a profile can have measured on a real device.
+MEASURED_RATES = (1e6, 1e18)
+
+
+def _measured(profile: CalibrationProfile | None) -> CalibrationProfile | None:
+    """The profile, unless a rate the estimate uses is outside what any device measures."""
+    if profile is None:
+        return None
+    s = profile.summary
+    low, high = MEASURED_RATES
+    for field, value in (("read_bandwidth_bytes_per_s", s.read_bandwidth_bytes_per_s),
+                         *((f"gemm_flops_per_s.{d}", v) for d, v in s.gemm_flops_per_s.items())):
+        if not low <= value <= high:
+            raise ConfigurationError(f"the calibration profile of {profile.device.name!r}: summary.{field} = "
+                                     f"{value:g} is not a measured rate; expected {low:g} to {high:g}")
+    return profile
+
+
+def _device_of(profile: CalibrationProfile) -> Hardware:
+    """The device a profile measured, where the database does not know it; an error if the profile cannot be one."""
+    try:
+        return hardware_from_profile(profile)
+    except ValidationError as exc:
+        problem = describe_validation_error(exc)
+    except ValueError as exc:
+        problem = str(exc)
+    raise ConfigurationError(f"the calibration profile of {profile.device.name!r} does not describe a device: "
+                             f"{problem}")
 
 
 def _not_finite(value) -> bool:
@@ -210,20 +242,6 @@ def _serving(**options) -> ServingOptions:
         return ServingOptions(**options)
     except ValidationError as exc:
         raise ConfigurationError(f"invalid serving options: {describe_validation_error(exc)}") from None
-
-
-@dataclass(frozen=True)
-class Configuration:
-    """One row of a configuration list, already resolved to specs."""
-
-    model: ModelSpec
-    hardware: Hardware
-    weight_format: WeightFormat
-    kv_format: KVFormat
-    layout: Layout
-    batch: int
-    prompt_tokens: int
-    output_tokens: int
 
 
 @dataclass(frozen=True)
@@ -256,7 +274,8 @@ class Estimate(Configuration):
     def to_dict(self) -> dict:
         """JSON-ready: inputs, then results; speeds are None when it does not fit or the load saturates it."""
         speed_keys = {"ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total",
-                      "e2e_latency_s", "tpot_inclusive_s", "throughput_out_tps", "ttft_prefill_s"}
+                      "e2e_latency_s", "tpot_inclusive_s", "throughput_out_tps", "throughput_out_tps_per_gpu",
+                      "ttft_prefill_s", "request_rate"}
         speed_keys |= {f"{k}_{end}" for k in speed_keys for end in ("low", "high")}
         results = {k: (None if (k in speed_keys and not self.runnable) or _not_finite(v) else v)
                    for k, v in self.results.items()}
@@ -273,7 +292,7 @@ class Estimate(Configuration):
 
 def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None = None, tp: int | None = None,
              pp: int = 1, ep: int = 1, devices_per_node: int = 8, network_gbps: float = 400.0,
-             weight_format: str = "bf16", kv_format: str = "f16", batch: int = 1,
+             weight_format: str | None = None, kv_format: str = "f16", batch: int = 1,
              prompt_tokens: int = 512, output_tokens: int = 256, kv_alloc: str = "paged", kv_block_tokens: int = 16,
              prefix_tokens: int = 0, attention: str = "fused", offload: str = "none", gpu_layers: int | None = None,
              host_cpu: str = DEFAULT_HOST_CPU, draft_model: str | None = None, draft_tokens: int = 0,
@@ -300,8 +319,12 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     """
     db = db or load_database()
     spec = resolve_model(model, db)
+    # a checkpoint read from disk knows its own format; otherwise bf16
+    weight_format = weight_format or getattr(spec, "stored_format", None) or "bf16"
     device, profile = resolve_calibrated_hardware(gpu, calibration, db)
     profile_engine = resolve_engine(engine)
+    if BACKEND_MARK not in profile_engine.name:   # the backend the engine usually runs on this device
+        profile_engine = profile_engine.on_backend(default_backend(device.vendor, device.device_class.value))
     if tp is None and n_gpus and profile_engine.multi_gpu == "layers" and pp == 1:
         tp, pp = 1, n_gpus   # this engine splits layers across devices: a pipeline
     layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep, devices_per_node=devices_per_node,
@@ -329,7 +352,10 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
         warnings.append(f"prompt + output = {prompt_tokens + output_tokens} tokens exceeds {spec.name}'s "
                         f"maximum context of {spec.shape.max_context}")
     results = {k: v for k, v in row.items() if k not in AXES}
-    results.update(interval_columns(results, profile_engine.name, device.device_class.value, profile is not None))
+    limit = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
+                  [layout], serving=serving, detail=True, db=db, physical_limit=True).row(0)
+    results.update(interval_columns(results, limit, profile_engine.name, device.vendor, device.device_class.value,
+                                    batch, serving.under_load, profile is not None))
     return Estimate(
         model=spec, hardware=device, weight_format=resolve_weight_format(weight_format),
         kv_format=resolve_kv_format(kv_format), layout=layout, batch=batch, prompt_tokens=prompt_tokens,
@@ -337,31 +363,6 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
         compute_dtype=row.pop("compute_dtype"),
         efficiency_source=source,
         results=results, warnings=tuple(warnings))
-
-
-def results_for_configurations(configs: Sequence[Configuration], serving: ServingOptions | None = None,
-                            engine: str | EngineProfile = "generic") -> dict[str, np.ndarray]:
-    """Evaluate an arbitrary list of configurations in one vectorized call (rows, not a product)."""
-    check_workload([c.batch for c in configs], [c.prompt_tokens for c in configs], [c.output_tokens for c in configs])
-
-    def gather(items, columns_of):
-        unique = list({id(x): x for x in items}.values())
-        position = {id(x): i for i, x in enumerate(unique)}
-        index = np.array([position[id(x)] for x in items])
-        return {k: v[index] for k, v in columns_of(unique).items()}, unique, index
-
-    m, _, _ = gather([c.model for c in configs], model_columns)
-    hw, devices, hw_index = gather([c.hardware for c in configs], hardware_columns)
-    parameters = resolve_engine(engine).parameters
-    f, fmts, f_index = gather([c.weight_format for c in configs], lambda u: format_columns(u, parameters))
-    kv, _, _ = gather([c.kv_format for c in configs], kv_columns)
-    peaks, _ = compute_peak_table(fmts, devices)
-    return compute_results(m=m, hw=hw, f=f, kv=kv, peak_linear_flops_per_s=peaks[f_index, hw_index],
-                    B=[c.batch for c in configs], T=[c.prompt_tokens for c in configs],
-                    O=[c.output_tokens for c in configs],
-                    layout={k: np.array([c.layout.columns()[k] for c in configs], dtype=float)
-                            for k in configs[0].layout.columns()},
-                    serving=(serving or ServingOptions()).columns(), engine=parameters)
 
 
 def speculative_speedup_grid(model: str | ModelSpec, gpu: str | Hardware, alphas: Sequence[float],

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from estimator.efficiency.defaults import CLASS_ORDER, GENERIC_ENGINE, EngineDefaults, device_defaults
+from estimator.efficiency.defaults import CLASS_ORDER, GENERIC_ENGINE, EngineDefaults, compute_ceiling, device_defaults
 from estimator.errors import ConfigurationError
 from estimator.physics.params import count_params, mlp_matrices
 from estimator.specs.formats import KVFormat, WeightFormat
@@ -87,8 +87,9 @@ def _model_row(model: ModelSpec) -> dict[str, float]:
     }
 
 
-def hardware_columns(devices: Sequence[Hardware]) -> Columns:
-    """Per-device peaks in base units and the default device efficiencies."""
+def hardware_columns(devices: Sequence[Hardware], physical_limit: bool = False) -> Columns:
+    """Per-device peaks in base units and the default device efficiencies (1 for ``physical_limit``: the
+    datasheet itself)."""
     defaults = [device_defaults(hw) for hw in devices]
     return {
         "bandwidth_bytes_per_s": np.array([hw.memory_bandwidth_bytes_per_s for hw in devices]),
@@ -98,8 +99,9 @@ def hardware_columns(devices: Sequence[Hardware]) -> Columns:
         "host_link_bytes_per_s": np.array([FALLBACK_LINK_BYTES_PER_S if hw.host_link is None
                                            else hw.host_link.bandwidth.base for hw in devices]),
         "device_class_code": np.array([CLASS_ORDER.index(hw.device_class.value) for hw in devices]),
-        "device_bandwidth_eff": np.array([d.bandwidth_eff for d in defaults]),
-        "device_compute_eff": np.array([d.compute_eff for d in defaults]),
+        "device_bandwidth_eff": np.array([1.0 if physical_limit else d.bandwidth_eff for d in defaults]),
+        "device_compute_eff": np.array([1.0 if physical_limit else d.compute_eff for d in defaults]),
+        "fp16_accumulate_speedup": np.array([compute_ceiling(hw) for hw in devices]),
         "usable_memory_fraction": np.array([d.usable_memory_fraction for d in defaults]),
         "runtime_reserve_bytes": np.array([d.runtime_reserve_bytes for d in defaults]),
     }
@@ -107,11 +109,12 @@ def hardware_columns(devices: Sequence[Hardware]) -> Columns:
 
 def format_columns(formats: Sequence[WeightFormat], engine: EngineDefaults = GENERIC_ENGINE) -> Columns:
     return {
-        "expert_bits": np.array([f.linear_bits for f in formats]),
-        "dense_bits": np.array([16.0 if f.experts_only else f.linear_bits for f in formats]),
+        "expert_bits": np.array([f.expert_bits for f in formats]),
+        "dense_bits": np.array([f.dense_bits for f in formats]),
         "head_bits": np.array([f.head_bits for f in formats]),
         "embedding_bits": np.array([f.embedding_bits for f in formats]),
         "engine_bandwidth_eff": np.array([engine.bandwidth_eff[f.dequant] for f in formats]),
+        "dequantizes": np.array([f.dequant != "native" for f in formats]),
     }
 
 

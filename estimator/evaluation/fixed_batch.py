@@ -41,13 +41,16 @@ PARTS = ("linear_s", "attention_s", "communication_s", "offload_s", "overhead_s"
 def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
     """Datasheet peaks × device efficiency × engine efficiency (docs/architecture.md)."""
     compute_eff = hw["device_compute_eff"] * compute_eff_by_class(engine)[hw["device_class_code"]]
-    bandwidth = (hw["bandwidth_bytes_per_s"] * hw["device_bandwidth_eff"]
-                 * bandwidth_scale_by_class(engine)[hw["device_class_code"]])
+    if engine.fp16_accumulate:   # GeForce: twice the listed FP32-accumulate tensor rate (compute_ceiling)
+        compute_eff = compute_eff * hw["fp16_accumulate_speedup"]
+    bandwidth = hw["bandwidth_bytes_per_s"] * hw["device_bandwidth_eff"]
+    native = bandwidth_scale_by_class(engine)[hw["device_class_code"]]
+    weight_scale = np.where(f["dequantizes"], bandwidth_scale_by_class(engine, True)[hw["device_class_code"]], native)
     return {
         "linear_flops_per_s": peak_linear_flops_per_s * compute_eff,
         "attention_flops_per_s": hw["attention_flops_per_s"] * compute_eff,
-        "weight_bytes_per_s": bandwidth * f["engine_bandwidth_eff"],
-        "kv_bytes_per_s": bandwidth * engine.kv_bandwidth_eff,
+        "weight_bytes_per_s": bandwidth * weight_scale * f["engine_bandwidth_eff"],
+        "kv_bytes_per_s": bandwidth * native * engine.kv_bandwidth_eff,
     }
 
 
@@ -110,11 +113,16 @@ def _phase(stage: dict, passes, per_step_s, transfer_s) -> dict:
     return out
 
 
+def _host_step_s(s: _Setup, b, micro):
+    """The engine's host time per step: a fixed part, and a part per sequence of the replica's batch."""
+    return s.engine.per_step_s + s.engine.per_sequence_s * b * micro
+
+
 def _decode(s: _Setup, b, micro, spans, q=1):
     """Ledgers and phase times of one decode step (q new tokens per sequence) of micro-batches of b."""
     flops = fl.decode_flops(s.m, b, *spans, q=q)
     bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, *spans, s.tp, s.serving["fused_attention"], q=q)
-    phase = _phase(_stage(s, flops, bytes_, b * q), np.maximum(micro, s.pp), s.engine.per_step_s,
+    phase = _phase(_stage(s, flops, bytes_, b * q), np.maximum(micro, s.pp), _host_step_s(s, b, micro),
                    pipeline_transfer_time(s.m, b * q, s.pp, s.engine.allreduce_latency_s, s.pp_link))
     return flops, bytes_, phase
 
@@ -124,7 +132,7 @@ def _prefill(s: _Setup, b, micro, T, cached):
     flops = fl.prefill_flops(s.m, b, T, cached)
     bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, s.serving["fused_attention"], cached)
     new_tokens = b * (T - cached)
-    phase = _phase(_stage(s, flops, bytes_, new_tokens), micro + s.pp - 1, s.engine.per_step_s,
+    phase = _phase(_stage(s, flops, bytes_, new_tokens), micro + s.pp - 1, _host_step_s(s, b, micro),
                    pipeline_transfer_time(s.m, new_tokens, s.pp, s.engine.allreduce_latency_s, s.pp_link))
     return flops, bytes_, phase
 

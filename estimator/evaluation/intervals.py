@@ -1,51 +1,177 @@
-"""Prediction intervals grounded in measured error.
+"""Prediction intervals grounded in measured error, capped by physics.
 
-``roofline validate --published --write`` stores, per engine, phase (decode or
-prefill) and device group, the range of held-out ratios measured / predicted
-speed that covers 80% of rows from sources the fit never saw
-(:mod:`estimator.validation.published`). An estimate multiplies its speeds by that range.
+``roofline validate --published --write`` stores, for every cell of engine × backend × device group ×
+regime, the 10th, 50th and 90th percentiles of log(measured / predicted speed) over held-out rows
+(:mod:`estimator.validation.interval_calibration`). A cell is read through its parents (regime over
+all engines, then the engine, then the engine on that device group, then that backend), each level
+shrunk towards the one above with the weight of ``prior_rows`` pseudo-rows, so a sparse cell leans on
+its parent instead of on a handful of rows (hierarchical shrinkage). The band around the median is
+widened by the stored factor ``k``, chosen on held-out sources to cover 80% of rows.
+
+Physics caps every interval: no upper speed beats the roofline at 100% of datasheet bandwidth and
+of the peak the estimate uses (``physical_limit`` columns), and no lower time undercuts it.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from estimator.efficiency.defaults import GROUP_OF_CLASS
 from estimator.efficiency.engine_profiles import load_intervals
 
+REGIMES = ("decode_b1", "decode_batched", "prefill", "throughput", "serving")
+# The widening is chosen per phase (a regime's parent), so each phase's coverage reaches 80%.
+PHASE_OF_REGIME = {"decode_b1": "decode", "decode_batched": "decode", "prefill": "prefill",
+                   "throughput": "throughput", "serving": "serving"}
+# Speeds (and the times that are their inverses) an estimate carries intervals for, by regime.
+DECODE = (("decode_tps_per_seq", "decode_tps_total", "throughput_out_tps"), ("itl_s", "tpot_inclusive_s",
+                                                                              "e2e_latency_s"))
+PREFILL = (("prefill_tps",), ("ttft_s",))
+BACKEND_OF_VENDOR = {"NVIDIA": "cuda", "AMD": "rocm", "Apple": "metal", "Intel": "sycl"}
+# Measured metrics by regime (the names of measurements_db/SCHEMA.md).
+PREFILL_METRICS = ("prefill_tps", "ttft_ms")
+THROUGHPUT_METRICS = ("throughput_out_tps", "throughput_out_tps_per_gpu")
+TIME_METRICS = ("ttft_ms", "itl_ms", "e2e_latency_s")
 
-def interval_for(table: dict, engine: str, phase: str, group: str):
-    """The most specific interval available: engine and group, engine, then all engines; with its basis."""
-    entry = table.get(engine, {}).get(phase, {})
-    for key, label in ((group, f"{engine} on {group} devices"), ("all", f"{engine}, all devices")):
-        if entry.get(key):
-            return entry[key], label
-    return table["global"].get(phase), "all engines"
+
+def measurement_regime(metric: str, batch: int, offline: bool, under_load: bool) -> str:
+    """The regime a measured metric belongs to: serving, prefill, max-throughput, or decode at batch 1 or more.
+
+    A latency measured in an offline run (every request sent at once) is mostly the wait in the queue:
+    it belongs with the serving rows, not with prefill or decode.
+    """
+    if under_load or (offline and metric in TIME_METRICS):
+        return "serving"
+    if metric in PREFILL_METRICS:
+        return "prefill"
+    if metric in THROUGHPUT_METRICS:
+        return "throughput"
+    return "decode_b1" if batch <= 1 and not offline else "decode_batched"
 
 
-def interval_columns(results: dict, engine: str, device_class: str, calibrated: bool) -> dict:
-    """Low/high speeds and times for one estimate's results, and what they rest on."""
+def measurement_band(metric: str, regime: str, engine: str, vendor: str, device_class: str, backend: str = ""):
+    """The shipped 80% band (low, high) of measured / predicted for one measured metric; None when none.
+
+    For a time metric the band is of the time (the speed band inverted).
+    """
     stored = load_intervals()
-    if stored is None:
+    if stored is None or "cells" not in stored:
+        return None
+    path = cell_path(regime, engine, GROUP_OF_CLASS[device_class],
+                     backend or default_backend(vendor, device_class))
+    q = shrunk_quantiles(stored["cells"], path, stored["prior_rows"])
+    if q is None:
+        return None
+    low, high = band(q, widening_for(stored, regime))
+    return (1 / high, 1 / low) if metric in TIME_METRICS else (low, high)
+
+
+def default_backend(vendor: str, device_class: str) -> str:
+    """The backend an engine runs on a device unless told otherwise (on a CPU: cpu)."""
+    if device_class == "cpu":
+        return "cpu"
+    return BACKEND_OF_VENDOR.get(vendor, "")
+
+
+def cell_path(regime: str, engine: str, group: str, backend: str) -> list[tuple[str, ...]]:
+    """The cells of one row, most general first."""
+    return [(regime,), (regime, engine), (regime, engine, group), (regime, engine, group, backend)]
+
+
+def cell_key(cell: tuple[str, ...]) -> str:
+    return "|".join(cell)
+
+
+def shrunk_quantiles(cells: dict, path: list[tuple[str, ...]], prior_rows: float):
+    """Quantiles (q10, q50, q90) of the deepest cell on ``path``, each level shrunk towards its parent.
+
+    ``cells`` maps a cell key to [q10, q50, q90, rows]. None when the regime has no rows at all.
+    """
+    top = cells.get(cell_key(path[0]))
+    if top is None:
+        return None
+    q = np.array(top[:3], dtype=float)
+    for cell in path[1:]:
+        entry = cells.get(cell_key(cell))
+        if entry is None:
+            break
+        n = float(entry[3])
+        q = (n * np.array(entry[:3], dtype=float) + prior_rows * q) / (n + prior_rows)
+    return q
+
+
+def widening_for(stored: dict, regime: str) -> float:
+    return stored["widening_by_phase"].get(PHASE_OF_REGIME[regime], max(stored["widening_by_phase"].values()))
+
+
+def band(q, widening: float) -> tuple[float, float]:
+    """Low and high ratio measured / predicted: the 10th-90th band widened around the median, in log space."""
+    low, mid, high = q
+    return float(np.exp(mid + widening * (low - mid))), float(np.exp(mid + widening * (high - mid)))
+
+
+def estimate_regimes(batch: float, under_load: bool) -> tuple[str, str]:
+    """The regime of an estimate's decode speeds and of its prefill."""
+    if under_load:
+        return "serving", "serving"
+    return ("decode_b1" if batch <= 1 else "decode_batched"), "prefill"
+
+
+def low_ratios(engine: str, vendor: str, device_class: str, batch: float, under_load: bool):
+    """The pessimistic ends (measured / predicted) of the decode and prefill intervals; None where none."""
+    stored = load_intervals()
+    if stored is None or "cells" not in stored:
+        return None, None
+    group, backend = GROUP_OF_CLASS[device_class], default_backend(vendor, device_class)
+    ends = []
+    for regime in estimate_regimes(batch, under_load):
+        q = shrunk_quantiles(stored["cells"], cell_path(regime, engine, group, backend), stored["prior_rows"])
+        ends.append(None if q is None else band(q, widening_for(stored, regime))[0])
+    return tuple(ends)
+
+
+def interval_columns(results: dict, limit: dict, engine: str, vendor: str, device_class: str, batch: float,
+                     under_load: bool, calibrated: bool) -> dict:
+    """Low/high speeds and times for one estimate's results, capped by ``limit`` (the physical roofline)."""
+    stored = load_intervals()
+    if stored is None or "cells" not in stored:
         return {"interval_basis": "no validation results shipped: no interval"}
     group = GROUP_OF_CLASS[device_class]
-    out = {}
-    bases = []
-    for phase, speeds, times in (("decode", ("decode_tps_per_seq", "decode_tps_total"), ("itl_s",)),
-                                 ("prefill", ("prefill_tps",), ("ttft_s",))):
-        found, basis = interval_for(stored["intervals"], engine, phase, group)
-        if not found:
+    backend = default_backend(vendor, device_class)
+    decode_regime, prefill_regime = estimate_regimes(batch, under_load)
+    out, bases = {}, []
+    for regime, (speeds, times) in ((decode_regime, DECODE), (prefill_regime, PREFILL)):
+        q = shrunk_quantiles(stored["cells"], cell_path(regime, engine, group, backend), stored["prior_rows"])
+        if q is None:
+            bases.append(f"{regime}: no held-out rows, no interval")
             continue
-        low, high, rows = found
-        bases.append(f"{phase}: {basis}, {rows} held-out rows")
+        low, high = band(q, widening_for(stored, regime))
+        bases.append(f"{regime}: {engine} on {group} ({backend or 'any backend'}), shrunk towards its parents, "
+                     f"widened {widening_for(stored, regime):g}x")
         for key in speeds:
-            if results.get(key) is not None:
-                out[f"{key}_low"], out[f"{key}_high"] = results[key] * low, results[key] * high
+            if _finite(results.get(key)):
+                out[f"{key}_low"] = results[key] * low
+                out[f"{key}_high"] = _cap_speed(results[key] * high, limit.get(key))
         for key in times:
-            if results.get(key) is not None:
-                out[f"{key}_low"], out[f"{key}_high"] = results[key] / high, results[key] / low
+            if _finite(results.get(key)):
+                out[f"{key}_high"] = results[key] / low
+                out[f"{key}_low"] = _cap_time(results[key] / high, limit.get(key))
     kind = ("calibrated device (interval from datasheet-based residuals: likely conservative)" if calibrated
             else "datasheet-based")
-    out["interval_basis"] = (f"80% interval from leave-one-source-out residuals ({'; '.join(bases)}; widened "
-                             f"{stored['widening']:g}x to reach {stored['out_of_source_coverage']:.0%} "
-                             f"out-of-source coverage); {kind}")
+    out["interval_basis"] = (f"80% interval from leave-one-source-out residuals ({'; '.join(bases)}; widening "
+                             f"chosen on held-out sources); upper speeds capped at the roofline at 100% of "
+                             f"datasheet bandwidth and peak; {kind}")
     out["interval_calibrated"] = calibrated
     return out
+
+
+def _finite(value) -> bool:
+    return value is not None and bool(np.isfinite(value)) and value > 0
+
+
+def _cap_speed(high: float, limit) -> float:
+    return min(high, limit) if _finite(limit) else high
+
+
+def _cap_time(low: float, limit) -> float:
+    return max(low, limit) if _finite(limit) else low

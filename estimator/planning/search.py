@@ -6,10 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from estimator.efficiency.engine_profiles import load_intervals
 from estimator.errors import ConfigurationError
 from estimator.evaluation.api import sweep
-from estimator.evaluation.intervals import GROUP_OF_CLASS, interval_for
+from estimator.evaluation.intervals import low_ratios
 from estimator.planning.cost import HOURS_PER_YEAR, hourly_cost, purchase_price
 from estimator.planning.spec import DEFAULT_FORMATS, FP4_FORMATS, PlanSpec
 from estimator.serving.workload import Layout, ServingOptions, check_layout
@@ -91,15 +90,12 @@ def _canonical_prices(spec: PlanSpec, db: Database) -> PlanSpec:
     return spec.model_copy(update={"prices": spec.prices.model_copy(update={"devices": devices})})
 
 
-def _percentile_adjusted(spec: PlanSpec, engine: str, device_class: str, ttft: float, tps: float):
+def _percentile_adjusted(spec: PlanSpec, engine: str, hw: Hardware, batch: float, ttft: float, tps: float):
     """At p90, judge the pessimistic end of the estimate's 80% interval."""
-    stored = load_intervals()
-    if spec.targets.percentile != "p90" or stored is None:
+    if spec.targets.percentile != "p90":
         return ttft, tps
-    group = GROUP_OF_CLASS[device_class]
-    prefill, _ = interval_for(stored["intervals"], engine, "prefill", group)
-    decode, _ = interval_for(stored["intervals"], engine, "decode", group)
-    return ttft / (prefill[0] if prefill else 1.0), tps * (decode[0] if decode else 1.0)
+    decode, prefill = low_ratios(engine, hw.vendor, hw.device_class.value, batch, under_load=True)
+    return ttft / (prefill or 1.0), tps * (decode or 1.0)
 
 
 def _results_for_candidates(spec: PlanSpec, model, devices, formats, layouts, db) -> list[dict]:
@@ -133,9 +129,14 @@ def plan(spec: PlanSpec, db: Database | None = None) -> PlanResult:
             continue
         usable = []
         for hw in devices:
+            uncomputable = [f for f in formats
+                            if all(hw.peak_flops_per_s(d) is None for d in weight_format(f).compute_dtypes)]
             if prices[hw.name][0] is None:
                 rejected.append({"model": model.name, "hardware": hw.name, "reason":
                                  f"{prices[hw.name][1]} for {spec.constraints.deployment} (add one under prices:)"})
+            elif uncomputable:
+                rejected.append({"model": model.name, "hardware": hw.name, "reason":
+                                 f"publishes no peak for the math of {', '.join(uncomputable)}"})
             else:
                 usable.append(hw)
         if not usable:
@@ -164,7 +165,7 @@ def _judge(spec: PlanSpec, model, variants: tuple[dict, ...], db, prices) -> dic
     shares = shares / shares.sum()
     fits = all(v["fits"] for v in variants)
     saturated = any(v.get("saturated") for v in variants)
-    adjusted = [_percentile_adjusted(spec, spec.engine, hw.device_class.value, v["ttft_s"], v["decode_tps_per_seq"])
+    adjusted = [_percentile_adjusted(spec, spec.engine, hw, 1, v["ttft_s"], v["decode_tps_per_seq"])
                 for v in variants]
     ttft = max(a[0] for a in adjusted)
     tps = min(a[1] for a in adjusted)

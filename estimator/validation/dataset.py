@@ -1,17 +1,27 @@
-"""The published-measurements dataset shipped in ``measurements_db/`` (one CSV per collection)."""
+"""The published-measurements dataset shipped in ``measurements_db/`` (one CSV per collection).
+
+Every collection has the columns of ``measurements_db/SCHEMA.md``; a file that lacks one, or a row
+with a value outside what the schema accepts, is a database error naming the file and the row.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 from importlib import resources
 
 from estimator.errors import DatabaseError
 from estimator.validation.predict import METRICS
 
-COLUMNS = ("id", "source", "url", "framework", "hardware", "n_gpus", "model", "params_b", "active_params_b",
-           "weight_format", "kv_format", "batch", "input_len", "output_len", "metric", "value", "unit", "notes")
+COLUMNS = ("id", "source", "url", "framework", "engine", "engine_version", "backend", "date", "hardware", "n_gpus",
+           "tp", "model", "params_b", "active_params_b", "weight_format", "kv_format", "batch", "concurrency",
+           "request_rate", "input_len", "output_len", "context_depth", "attention", "gpu_layers", "cpu_moe",
+           "metric", "statistic", "value", "unit", "notes")
+BACKENDS = ("", "cuda", "rocm", "metal", "vulkan", "sycl", "cpu")
+STATISTICS = ("", "mean", "median", "p90", "p99")
+DATE = re.compile(r"^(|\d{4}-\d{2}(-\d{2})?)$")
 # Rows their collector flagged as doubtful (far out of line with the same GPU's other results, or read
 # from a single unconfirmed transcription) stay in the dataset for the record but are left out of
 # fitting and of the reported error.
@@ -67,4 +77,9 @@ def _row_problem(row: dict, seen: set) -> str | None:
         return f"unknown metric {row.get('metric')!r}"
     if not row.get("source"):
         return "no source id"
+    for key, allowed in (("backend", BACKENDS), ("statistic", STATISTICS)):
+        if row.get(key, "") not in allowed:
+            return f"{key} {row.get(key)!r} is not one of {', '.join(a for a in allowed if a)}"
+    if not DATE.match(row.get("date", "")):
+        return f"date {row.get('date')!r} is not YYYY-MM or YYYY-MM-DD"
     return None

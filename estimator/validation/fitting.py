@@ -1,19 +1,25 @@
-"""Fit engine parameters to published measurements, and measure the error honestly.
+"""Fit engine parameters to published measurements, within physical bounds.
 
-For each engine, five parameters are fitted by bounded least squares on the log
-error, log(predicted / measured), over all of that engine's rows, across every
-device and model (never one parameter per data point):
+For each engine, twelve parameters are fitted by bounded least squares on the log error,
+log(predicted / measured), over all of that engine's rows, across every device and model (never one
+parameter per data point). Each is the **product** the estimate uses, as a fraction of the datasheet,
+on the group's typical device (its default device efficiency times the engine's):
 
-    θ = (bandwidth efficiency of 16/8-bit kernels, of dequantizing kernels,
-         prefill compute efficiency, per-step overhead, per-layer overhead)
+    θ = (bandwidth fraction of 16/8-bit weight streaming on datacenter, desktop and unified devices,
+         the same for dequantizing kernels (weight-only int4/int8, GGUF, FP4), dense-compute fraction on
+         the three groups, per-step, per-layer and per-sequence-per-step overheads)
 
-A weak prior pulls each parameter towards the documented default
-(:mod:`estimator.efficiency.defaults`), so a parameter the data cannot identify (an
-engine with only decode rows has no say on compute) stays where the priors
-put it. The error quoted is **leave-one-source-out**: for each source, every
-engine is refitted without it and its rows are predicted — the figure a new,
-unseen benchmark should expect. Prediction intervals are quantiles of those
-held-out ratios measured / predicted.
+so the physical bounds are plain boxes: weights and the KV cache stream at no more than 0.95 of
+datasheet bandwidth, compute reaches no more
+than the dense peak (an engine that accumulates in FP16 on a GeForce card reaches twice the listed
+FP32-accumulate peak: ``compute_ceiling``), and the overheads stay within launch and synchronisation
+costs (docs/formulas.md §9). A parameter that ends on a bound is reported: it means a mechanism is
+missing, not a better efficiency.
+
+A weak prior pulls each parameter towards the documented default (:mod:`estimator.efficiency.defaults`),
+so a parameter the data cannot identify (an engine with only decode rows has no say on compute) stays
+where the priors put it. The error quoted is leave-one-source-out
+(:mod:`estimator.validation.cross_validation`).
 """
 
 from __future__ import annotations
@@ -22,85 +28,132 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from estimator.efficiency.defaults import DEVICE_GROUPS, GENERIC_ENGINE, EngineDefaults
+from estimator.efficiency.defaults import DEVICE_GROUPS, GDDR, GENERIC_ENGINE, HBM, UNIFIED, EngineDefaults
+from estimator.efficiency.engine_profiles import engine
+from estimator.evaluation.intervals import measurement_regime
 from estimator.specs.database import Database
 from estimator.validation.dataset import Dataset
-from estimator.validation.predict import Resolved, predict_resolved, predicted_values, resolve_rows
+from estimator.validation.predict import Resolved, predict_resolved, predicted_array, predicted_values, resolve_rows
 
-SCALED_GROUPS = ("desktop", "unified")    # bandwidth relative to the datacenter group
-PARAMETER_NAMES = ("bandwidth_native", "bandwidth_dequant", *(f"bandwidth_scale_{g}" for g in SCALED_GROUPS),
-                   *(f"compute_{g}" for g in DEVICE_GROUPS), "per_step_s", "per_layer_s")
-PRIOR = np.array([GENERIC_ENGINE.bandwidth_eff["native"], GENERIC_ENGINE.bandwidth_eff["gguf"], 1.0, 1.0,
-                  *[GENERIC_ENGINE.compute_eff] * len(DEVICE_GROUPS), GENERIC_ENGINE.per_step_s,
-                  GENERIC_ENGINE.per_layer_s])
-# compute may exceed the listed peak on desktop cards (FP16 accumulation, see EngineDefaults)
-LOWER = np.array([0.10, 0.05, 0.5, 0.5, 0.03, 0.03, 0.03, 1e-6, 1e-7])
-UPPER = np.array([1.00, 1.00, 1.25, 1.25, 1.00, 2.00, 1.00, 0.05, 2e-3])
+GROUPS = tuple(DEVICE_GROUPS)
+PARAMETER_NAMES = (*(f"bandwidth_{g}" for g in GROUPS), *(f"dequant_bandwidth_{g}" for g in GROUPS),
+                   *(f"compute_{g}" for g in GROUPS), "per_step_s", "per_layer_s", "per_sequence_s")
+# The default device efficiencies of each group's typical device (HBM or GDDR cards, unified-memory SoCs):
+# a fitted product divided by them is the engine's own factor.
+TYPICAL_DEVICE = {"datacenter": HBM, "desktop": GDDR, "unified": UNIFIED}
+# A few microseconds of host work per sequence and step: the order of a Python scheduler's bookkeeping.
+PRIOR_PER_SEQUENCE_S = 5e-6
+PRIOR = np.array([*(GENERIC_ENGINE.bandwidth_eff["native"] * TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS),
+                  *(GENERIC_ENGINE.bandwidth_eff["gguf"] * TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS),
+                  *(GENERIC_ENGINE.compute_eff * TYPICAL_DEVICE[g].compute_eff for g in GROUPS),
+                  GENERIC_ENGINE.per_step_s, GENERIC_ENGINE.per_layer_s, PRIOR_PER_SEQUENCE_S])
+# Physical bounds. Bandwidth: 0.95 of datasheet (the best kernels measure 0.8-0.9, docs/formulas.md §9).
+# Compute: the dense peak. Per step: 10 ms (a scheduler and sampler step of a serving engine under load
+# is 1-5 ms); per layer: 100 us (about 20 eager kernel launches of 5 us; 1.3 us each under CUDA graphs);
+# per sequence and step: 100 us of host work (Python scheduling, sampling, detokenizing one sequence).
+LOWER = np.array([*[0.05] * 6, *[0.01] * 3, 1e-6, 1e-7, 1e-8])
+UPPER = np.array([*[0.95] * 6, *[1.00] * 3, 1e-2, 1e-4, 1e-4])
 # Weight of the prior, per parameter, in units of log error: a factor e away from the default
 # costs as much as one row predicted e times off.
 PRIOR_WEIGHT = 0.3
 KV_TO_WEIGHT_BANDWIDTH = GENERIC_ENGINE.kv_bandwidth_eff / GENERIC_ENGINE.bandwidth_eff["native"]
-DECODE_METRICS = ("decode_tps_per_seq", "decode_tps_total", "itl_ms", "throughput_out_tps",
-                  "throughput_out_tps_per_gpu", "e2e_latency_s")
-PREFILL_METRICS = ("prefill_tps", "ttft_ms")
 
 
-def parameters_from(theta) -> EngineDefaults:
-    native, dequant, *rest, per_step, per_layer = (float(x) for x in theta)
-    scales, compute = rest[:len(SCALED_GROUPS)], rest[len(SCALED_GROUPS):]
+def parameters_from(theta, fp16_accumulate: bool = False) -> EngineDefaults:
+    """Engine factors from fitted products: each product divided by its group's typical device efficiency."""
+    values = dict(zip(PARAMETER_NAMES, (float(x) for x in theta)))
+    bandwidth = {g: values[f"bandwidth_{g}"] / TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS}
+    dequantizing = {g: values[f"dequant_bandwidth_{g}"] / TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS}
+    native, dequant = bandwidth["datacenter"], dequantizing["datacenter"]
+    compute = {g: values[f"compute_{g}"] / TYPICAL_DEVICE[g].compute_eff for g in GROUPS}
     return EngineDefaults(
         bandwidth_eff={"native": native, "weight_only": dequant, "gguf": dequant, "fp4": dequant},
-        kv_bandwidth_eff=min(1.0, native * KV_TO_WEIGHT_BANDWIDTH), compute_eff=compute[0],
-        compute_eff_by_group=dict(zip(DEVICE_GROUPS, compute)), per_step_s=per_step,
-        bandwidth_scale_by_group=dict(zip(SCALED_GROUPS, scales)),
-        per_layer_s=per_layer, allreduce_latency_s=GENERIC_ENGINE.allreduce_latency_s,
+        bandwidth_scale_by_group={g: bandwidth[g] / native for g in GROUPS if g != "datacenter"},
+        dequant_scale_by_group={g: dequantizing[g] / dequant for g in GROUPS if g != "datacenter"},
+        kv_bandwidth_eff=min(1.0, native * KV_TO_WEIGHT_BANDWIDTH), compute_eff=compute["datacenter"],
+        compute_eff_by_group=compute, per_step_s=values["per_step_s"], per_layer_s=values["per_layer_s"],
+        per_sequence_s=values["per_sequence_s"],
+        allreduce_latency_s=GENERIC_ENGINE.allreduce_latency_s, fp16_accumulate=fp16_accumulate,
         basis="fitted: estimator/validation/fitting.py on measurements_db (see the profile's fit record)")
 
 
 def theta_of(p: EngineDefaults) -> np.ndarray:
-    compute = [p.compute_eff_by_group.get(g, p.compute_eff) for g in DEVICE_GROUPS]
-    scales = [p.bandwidth_scale_by_group.get(g, 1.0) for g in SCALED_GROUPS]
-    return np.array([p.bandwidth_eff["native"], p.bandwidth_eff["gguf"], *scales, *compute, p.per_step_s,
-                     p.per_layer_s])
+    native, dequant = p.bandwidth_eff["native"], p.bandwidth_eff["gguf"]
+    bandwidth = [native * p.bandwidth_scale_by_group.get(g, 1.0) * TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS]
+    dequantizing = [dequant * p.dequant_scale_by_group.get(g, p.bandwidth_scale_by_group.get(g, 1.0))
+                    * TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS]
+    compute = [p.compute_eff_by_group.get(g, p.compute_eff) * TYPICAL_DEVICE[g].compute_eff for g in GROUPS]
+    return np.array([*bandwidth, *dequantizing, *compute, p.per_step_s, p.per_layer_s,
+                     max(p.per_sequence_s, LOWER[-1])])
 
 
 @dataclass
 class Problem:
-    """The resolved rows of a dataset, with their measured values, engines and sources."""
+    """The resolved rows of a dataset, with their measured values, engines and sources.
+
+    ``fits`` says whether the estimator thinks each configuration fits in memory: every row here ran,
+    so a False is a memory-model failure, counted (predicted as if it fitted), never dropped.
+    ``limit`` is each row's prediction at the physical limit (100% of datasheet, no overheads).
+    """
 
     resolved: Resolved
     measured: np.ndarray
     sources: np.ndarray
     engines: np.ndarray
     rows: list[dict]
+    fits: np.ndarray
+    limit: np.ndarray
+
+    @property
+    def under_load(self) -> np.ndarray:
+        """Serving rows (a client concurrency or request rate, or a latency of an offline run that sent
+        every request at once): judged, but not fitted on, since their latencies rest on the queueing
+        model as much as on the engine's efficiencies."""
+        r = self.resolved
+        return np.array([measurement_regime(m, c.batch, sat, s.under_load) == "serving"
+                         for m, c, sat, s in zip(r.metrics, r.configs, r.saturate, r.serving)], dtype=bool)
 
     def subset(self, mask: np.ndarray) -> "Problem":
         idx = np.flatnonzero(mask)
         r = self.resolved
         pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
-        return Problem(Resolved(pick(r.positions), pick(r.configs), pick(r.engines), pick(r.saturate),
-                                pick(r.metrics), pick(r.attention), pick(r.depth)), self.measured[idx], self.sources[idx],
-                       self.engines[idx], pick(self.rows))
+        return Problem(Resolved(pick(r.positions), pick(r.configs), pick(r.engines), pick(r.serving),
+                                pick(r.saturate), pick(r.metrics)),
+                       self.measured[idx], self.sources[idx], self.engines[idx], pick(self.rows), self.fits[idx],
+                       self.limit[idx])
 
 
 def build_problem(dataset: Dataset, db: Database) -> Problem:
-    """Resolve the usable rows once; rows that do not resolve or do not fit are left out."""
+    """Resolve the usable rows once; rows whose names or settings do not resolve are reported, not fitted."""
     rows = dataset.usable()
-    resolved, out = resolve_rows(rows, db)
-    results = predict_resolved(resolved)
-    keep = [j for j, r in enumerate(results) if r["fits"]]
-    problem = Problem(resolved, np.array([float(rows[i]["value"]) for i in resolved.positions]),
-                      np.array([rows[i]["source"] for i in resolved.positions]), np.array(resolved.engines),
-                      [rows[i] for i in resolved.positions])
-    return problem.subset(np.isin(np.arange(len(resolved.configs)), keep))
+    resolved, _ = resolve_rows(rows, db)
+    fits = np.array([bool(r["fits"]) for r in predict_resolved(resolved)], dtype=bool)
+    limit = predicted_values(resolved, predict_resolved(resolved, physical_limit=True))
+    return Problem(resolved, np.array([float(rows[i]["value"]) for i in resolved.positions]),
+                   np.array([rows[i]["source"] for i in resolved.positions]), np.array(resolved.engines),
+                   [rows[i] for i in resolved.positions], fits, limit)
 
 
 def _log_errors(problem: Problem, params: dict[str, EngineDefaults]) -> np.ndarray:
-    predicted = predicted_values(problem.resolved, predict_resolved(problem.resolved, params))
-    return np.log(predicted / problem.measured)
+    return np.log(predicted_array(problem.resolved, params) / problem.measured)
 
 
 GENERIC = "generic"   # the unnamed engine keeps the documented priors: nothing is fitted to it
+
+
+def _least_squares(rows: Problem, name: str):
+    from scipy.optimize import least_squares  # the fit needs scipy; predictions do not
+
+    fp16 = engine(name).parameters.fp16_accumulate   # a property of the engine's kernels, not fitted
+
+    def residuals(log_theta):
+        theta = np.exp(log_theta)
+        data = _log_errors(rows, {name: parameters_from(theta, fp16)})
+        return np.concatenate([data, PRIOR_WEIGHT * (log_theta - np.log(PRIOR))])
+
+    start = np.clip(PRIOR, LOWER, UPPER)
+    return least_squares(residuals, np.log(start), bounds=(np.log(LOWER), np.log(UPPER)), x_scale=1.0,
+                         diff_step=1e-3, max_nfev=200)
 
 
 def fit_engine(problem: Problem, name: str) -> EngineDefaults:
@@ -109,22 +162,39 @@ def fit_engine(problem: Problem, name: str) -> EngineDefaults:
     Without rows the answer is the prior, never the engine's shipped (fitted) parameters, so a
     cross-validation fold cannot see the source it holds out.
     """
-    from scipy.optimize import least_squares  # the fit needs scipy; predictions do not
-
-    rows = problem.subset(problem.engines == name)
+    rows = problem.subset((problem.engines == name) & ~problem.under_load)
+    fp16 = engine(name).parameters.fp16_accumulate
     if not len(rows.measured) or name == GENERIC:
-        return parameters_from(PRIOR)
-
-    def residuals(log_theta):
-        theta = np.exp(log_theta)
-        data = _log_errors(rows, {name: parameters_from(theta)})
-        return np.concatenate([data, PRIOR_WEIGHT * (log_theta - np.log(PRIOR))])
-
-    start = np.clip(PRIOR, LOWER, UPPER)
-    result = least_squares(residuals, np.log(start), bounds=(np.log(LOWER), np.log(UPPER)), x_scale=1.0,
-                           diff_step=1e-3, max_nfev=200)
-    return parameters_from(np.exp(result.x))
+        return parameters_from(PRIOR, fp16)
+    return parameters_from(np.exp(_least_squares(rows, name).x), fp16)
 
 
 def fit_all(problem: Problem) -> dict[str, EngineDefaults]:
-    return {name: fit_engine(problem, name) for name in sorted(set(problem.engines))}
+    return {name: fit_engine(problem, name) for name in sorted(set(problem.engines[~problem.under_load]))}
+
+
+def fit_record(problem: Problem, name: str) -> dict:
+    """Each fitted parameter's value, bounds, standard error and whether it ended on a bound.
+
+    Standard errors come from the Jacobian of the log residuals at the optimum (Gauss-Newton
+    covariance s² (JᵀJ)⁻¹ in log θ, s² from the data residuals), converted to θ's units.
+    """
+    rows = problem.subset((problem.engines == name) & ~problem.under_load)
+    if not len(rows.measured) or name == GENERIC:
+        return {"rows": 0, "parameters": {}}
+    result = _least_squares(rows, name)
+    n = len(rows.measured)
+    data = result.fun[:n]
+    dof = max(n - len(PRIOR), 1)
+    jac = result.jac
+    try:
+        cov = np.linalg.pinv(jac.T @ jac) * float(data @ data) / dof
+        log_se = np.sqrt(np.clip(np.diag(cov), 0, None))
+    except np.linalg.LinAlgError:
+        log_se = np.full(len(PRIOR), np.nan)
+    theta = np.exp(result.x)
+    on_bound = (np.abs(result.x - np.log(LOWER)) < 1e-3) | (np.abs(result.x - np.log(UPPER)) < 1e-3)
+    return {"rows": n, "parameters": {
+        key: {"value": float(f"{theta[i]:.4g}"), "lower": float(LOWER[i]), "upper": float(UPPER[i]),
+              "stderr": float(f"{theta[i] * log_se[i]:.3g}"), "on_bound": bool(on_bound[i])}
+        for i, key in enumerate(PARAMETER_NAMES)}}

@@ -1,14 +1,17 @@
 """`roofline validate --local`: time a real decoder on this machine and compare with the estimate.
 
 The decoder is built in torch from the model's exact shapes in the database
-(random weights, so nothing is downloaded): embedding, L blocks of RMSNorm,
+(random weights made directly on the device in its dtype, so nothing is downloaded
+and a large model does not wait on the CPU): embedding, L blocks of RMSNorm,
 grouped-query attention with a KV cache (scaled_dot_product_attention), RMSNorm
-and a SwiGLU MLP, final norm and output head. It prefills a prompt, samples the
-first token, then decodes with the cache; TTFT and decode tokens/s are timed
-with the device synchronised. The same runs are then estimated for this device
-with its calibration profile (measured first, if none exists) and the two are
-printed side by side. Dense models only; the point is a faithful, small
-end-to-end check, not a serving engine.
+and a SwiGLU MLP, or for a mixture of experts a router choosing the top k of E
+SwiGLU experts per token plus the shared experts (the first dense layers dense),
+final norm and output head. It prefills a prompt, samples the first token, then
+decodes with the cache; TTFT and decode tokens/s are timed with the device
+synchronised. The same runs are then estimated for this device with its
+calibration profile (a given file, the newest of this device, or measured first)
+and the two are printed side by side. MLA models are refused; the point is a
+faithful, small end-to-end check, not a serving engine.
 """
 
 from __future__ import annotations
@@ -30,24 +33,47 @@ FORMAT_BY_DTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
 def build_decoder(torch, spec: ModelSpec, device: str, dtype):
-    """A random-weight decoder with ``spec``'s shapes; returns (prefill, decode_step, new_cache)."""
+    """A random-weight decoder with ``spec``'s shapes; returns (forward, new_cache)."""
     s = spec.shape
-    if s.moe is not None or s.mla is not None:
-        raise ConfigurationError(f"--local builds dense GQA decoders; {spec.name} is MoE or MLA")
+    if s.mla is not None:
+        raise ConfigurationError(f"--local builds GQA decoders (dense or MoE); {spec.name} uses MLA attention")
     F = torch.nn.functional
-    d, h, kv, dh, ff, L = (s.hidden_size, s.num_attention_heads, s.num_kv_heads, s.head_dim,
-                           s.intermediate_size, s.num_layers)
-    g = torch.Generator(device="cpu").manual_seed(0)
+    d, h, kv, dh, L = s.hidden_size, s.num_attention_heads, s.num_kv_heads, s.head_dim, s.num_layers
+    g = torch.Generator(device=device).manual_seed(0)
 
-    def weight(*shape):
-        return (torch.randn(*shape, generator=g) / math.sqrt(shape[-1])).to(device=device, dtype=dtype)
+    def weight(*shape):   # made where it is used, in its dtype: no host copy of a large model
+        return torch.randn(*shape, generator=g, device=device, dtype=dtype) / math.sqrt(shape[-1])
+
+    def swiglu(width):
+        return {"w1": weight(width, d), "w3": weight(width, d), "w2": weight(d, width)}
+
+    def mlp_of(layer: int) -> dict:
+        if s.moe is None or layer < s.moe.num_dense_layers:
+            return {"dense": swiglu(s.intermediate_size)}
+        return {"router": weight(s.moe.num_experts, d),
+                "experts": [swiglu(s.moe.expert_intermediate_size) for _ in range(s.moe.num_experts)],
+                "shared": [swiglu(s.moe.shared_width) for _ in range(s.moe.num_shared_experts)]}
 
     layers = [{"wq": weight(h * dh, d), "wk": weight(kv * dh, d), "wv": weight(kv * dh, d), "wo": weight(d, h * dh),
-               "w1": weight(ff, d), "w3": weight(ff, d), "w2": weight(d, ff)} for _ in range(L)]
+               **mlp_of(i)} for i in range(L)]
     embedding, head = weight(s.vocab_size, d), weight(s.vocab_size, d)
 
     def norm(x):
         return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
+
+    def ffn(w, y):
+        return F.linear(F.silu(F.linear(y, w["w1"])) * F.linear(y, w["w3"]), w["w2"])
+
+    def mlp(w, y):
+        if "dense" in w:
+            return ffn(w["dense"], y)
+        flat = y.reshape(-1, d)
+        weights, chosen = torch.topk(torch.softmax(F.linear(flat, w["router"]).float(), -1), s.moe.experts_per_token)
+        out = sum(ffn(shared, flat) for shared in w["shared"]) if w["shared"] else torch.zeros_like(flat)
+        for e in torch.unique(chosen).tolist():   # each routed expert runs on the tokens that chose it
+            rows, slot = (chosen == e).nonzero(as_tuple=True)
+            out = out.index_add(0, rows, ffn(w["experts"][e], flat[rows]) * weights[rows, slot, None].to(flat.dtype))
+        return out.view_as(y)
 
     def forward(tokens, cache, start):
         B, T = tokens.shape
@@ -63,8 +89,7 @@ def build_decoder(torch, spec: ModelSpec, device: str, dtype):
             keys, values = keys.repeat_interleave(h // kv, 1), values.repeat_interleave(h // kv, 1)
             a = F.scaled_dot_product_attention(q, keys, values, is_causal=(T > 1))
             x = x + F.linear(a.transpose(1, 2).reshape(B, T, h * dh), w["wo"])
-            y = norm(x)
-            x = x + F.linear(F.silu(F.linear(y, w["w1"])) * F.linear(y, w["w3"]), w["w2"])
+            x = x + mlp(w, norm(x))
         return F.linear(norm(x[:, -1]), head).argmax(-1, keepdim=True)
 
     def new_cache(batch, length):
@@ -95,21 +120,34 @@ def measure(torch, forward, new_cache, device, vocab, batch, prompt, output) -> 
 
 
 def validate_local(device: str = "cpu", models=None, quick: bool = False, db: Database | None = None,
-                   as_json: bool = False) -> str:
-    """Measure, estimate and compare; returns the printed table (or JSON)."""
+                   as_json: bool = False, batches=None, prompts=None, output_tokens: int | None = None,
+                   calibration: str | None = None) -> str:
+    """Measure, estimate and compare; returns the printed table (or JSON).
+
+    ``batches`` and ``prompts`` replace the default runs (their product); ``calibration`` is a profile
+    file to use instead of the newest one of this device (or a fresh measurement).
+    """
     from calibrate import require_torch
     from calibrate.identity import cpu_name
     from calibrate.run import calibrate, check_device, tiny_plan
-    from estimator.efficiency.calibration_profile import find_profile
+    from estimator.efficiency.calibration_profile import find_profile, load_profile
 
     torch = require_torch()
     check_device(torch, device)
     db = db or load_database()
-    profile = find_profile(cpu_name()) if device == "cpu" else None
+    if calibration:
+        profile = load_profile(calibration)
+    else:
+        profile = find_profile(cpu_name()) if device == "cpu" else None
     if profile is None:
         profile = calibrate(device, "quick", plan=tiny_plan(device) if quick else None, db=db)
     dtype_name = DTYPE_BY_DEVICE[device]
-    runs = [(1, 128, 16), (4, 128, 16)] if quick else [(1, 128, 32), (1, 512, 32), (4, 256, 32), (8, 128, 32)]
+    output = output_tokens or (16 if quick else 32)
+    if batches or prompts:
+        runs = [(b, p, output) for b in (batches or [1]) for p in (prompts or [128])]
+    else:
+        runs = [(1, 128, output), (4, 128, output)] if quick else \
+            [(1, 128, output), (1, 512, output), (4, 256, output), (8, 128, output)]
     rows = []
     for name in (models or ([QUICK_MODEL] if quick else DEFAULT_MODELS)):
         spec = db.models.get(name)

@@ -1,30 +1,46 @@
 """`roofline predict`: predict each configuration of a CSV and compare with measured values.
 
-Input columns: ``id, framework, hardware, n_gpus, model, weight_format,
-kv_format, batch, input_len, output_len, metric`` and optionally ``value,
-unit``, ``attention`` (fused, the default, or unfused) and ``context_depth``
-(tokens already in the KV cache when a prompt is measured, as llama-bench's
-``ppN @ dM``); other columns are ignored. The ``framework`` picks the engine profile (``engines_db/``). A row whose names do not resolve gets a
-status and a reason, and the other rows still run. Names with a parenthetical
-remark (``FP8 (ModelOpt)``) are tried with and without it.
+Columns are those of the measurement schema (``measurements_db/SCHEMA.md``). Required: ``id,
+hardware, n_gpus, model, weight_format, batch, input_len, output_len, metric``; optional: ``value,
+unit``, ``engine`` (else the ``framework`` text picks the profile in ``engines_db/``), ``tp``,
+``kv_format``, ``attention`` (fused, the default, or unfused), ``context_depth`` (tokens already in
+the KV cache, as llama-bench's ``ppN @ dM``), ``gpu_layers``, ``concurrency`` and ``request_rate``
+(a serving benchmark: the steady state of continuous batching under that load), ``cpu_moe``. A row
+that cannot be predicted gets a status and a reason, and the other rows still run. Names with a
+parenthetical remark (``FP8 (ModelOpt)``) are tried with and without it.
 
-A row without a batch (an offline max-throughput benchmark that queues every
-request at once) is evaluated at the largest batch whose KV cache fits at that
-context, and its reason says so.
+A row without a batch and without a load (an offline max-throughput benchmark that queues every
+request at once) is evaluated at the largest batch whose KV cache fits at that context, and its
+reason says so.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from estimator.efficiency.defaults import EngineDefaults
+import numpy as np
+from pydantic import ValidationError
+
+from estimator.efficiency.defaults import PHYSICAL_LIMIT, EngineDefaults
 from estimator.efficiency.engine_profiles import EngineProfile, engine, engine_for_framework
-from estimator.errors import ConfigurationError, RooflineError, UnknownNameError
-from estimator.evaluation.api import Configuration, resolve_model, results_for_configurations
+from estimator.errors import (
+    ConfigurationError,
+    DatabaseError,
+    RooflineError,
+    UnknownNameError,
+    describe_validation_error,
+    prepare_output,
+    read_text,
+    write_atomically,
+)
+from estimator.evaluation.api import resolve_model
+from estimator.evaluation.configurations import Configuration, ConfigurationColumns
+from estimator.evaluation.intervals import TIME_METRICS, default_backend, measurement_band, measurement_regime
 from estimator.serving.workload import Layout, ServingOptions, check_layout
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import kv_format, weight_format
@@ -41,7 +57,8 @@ METRICS = {
     "e2e_latency_s": ("e2e_latency_s", 1.0),
 }
 REQUIRED = ("id", "hardware", "n_gpus", "model", "weight_format", "batch", "input_len", "output_len", "metric")
-OUTPUT_COLUMNS = ("id", "status", "engine", "metric", "predicted", "measured", "unit", "rel_error", "reason")
+OUTPUT_COLUMNS = ("id", "status", "engine", "metric", "predicted", "predicted_low", "predicted_high", "measured",
+                  "unit", "rel_error", "reason")
 
 
 def _candidates(name: str) -> list[str]:
@@ -60,8 +77,15 @@ def _resolve(lookup, name: str):
     raise error
 
 
-def _int(row: dict, key: str, default: int | None = None) -> int:
-    text = (row.get(key) or "").strip()
+def _cell(row: dict, key: str) -> str:
+    """A cell as text; a short row's missing cells are empty."""
+    value = row.get(key)
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _number(row: dict, key: str, default: float | None = None, minimum: float = 0.0) -> float:
+    """A numeric cell, at least ``minimum``; ``default`` when empty (an error when there is none)."""
+    text = _cell(row, key)
     if not text:
         if default is None:
             raise ConfigurationError(f"column {key!r} is empty")
@@ -70,8 +94,16 @@ def _int(row: dict, key: str, default: int | None = None) -> int:
         value = float(text)
     except ValueError:
         raise ConfigurationError(f"column {key!r} is not a number: {text!r}") from None
+    if not math.isfinite(value) or value < minimum:
+        raise ConfigurationError(f"column {key!r} must be a finite number >= {minimum:g}, got {text!r}")
+    return value
+
+
+def _int(row: dict, key: str, default: int | None = None, minimum: int = 0) -> int:
+    """A whole-number cell (``4`` or ``4.0``), at least ``minimum``."""
+    value = _number(row, key, None if default is None else float(default), float(minimum))
     if not value.is_integer():
-        raise ConfigurationError(f"column {key!r} must be a whole number, got {text!r}")
+        raise ConfigurationError(f"column {key!r} must be a whole number >= {minimum}, got {_cell(row, key)!r}")
     return int(value)
 
 
@@ -79,24 +111,62 @@ def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None
     """Resolve one CSV row; raises a RooflineError that says what is wrong.
 
     Several devices split the model the way the row's engine does: tensor
-    parallelism, or layers (a pipeline) for llama.cpp and ExLlamaV2.
+    parallelism (``tp`` when the row gives it, all devices otherwise), or layers
+    (a pipeline) for llama.cpp and ExLlamaV2.
     """
-    metric = row.get("metric", "").strip()
+    metric = _cell(row, "metric")
     if metric not in METRICS:
         raise ConfigurationError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
-    model = _resolve(lambda n: resolve_model(n, db), row["model"])
-    devices = _int(row, "n_gpus", 1)
-    by_layers = engine is not None and engine.multi_gpu == "layers"
-    layout = Layout(tp=1, pp=devices) if by_layers else Layout.from_devices(devices=devices)
+    for key in ("model", "hardware", "weight_format"):
+        if not _cell(row, key):
+            raise ConfigurationError(f"column {key!r} is empty")
+    model = _resolve(lambda n: resolve_model(n, db), _cell(row, "model"))
+    fmt = _resolve(weight_format, _cell(row, "weight_format"))
+    devices = _int(row, "n_gpus", 1, minimum=1)
+    if engine is not None and engine.multi_gpu == "layers":
+        layout = Layout(tp=1, pp=devices)
+    else:
+        layout = Layout.from_devices(devices=devices, tp=_int(row, "tp", 0) or None)
     check_layout(model, layout)
     return Configuration(
         model=model,
-        hardware=_resolve(db.hardware.get, row["hardware"]),
-        weight_format=_resolve(weight_format, row["weight_format"]),
-        kv_format=_resolve(kv_format, row.get("kv_format") or "f16"),
-        layout=layout, batch=_int(row, "batch", 1),  # empty batch: saturated below
+        hardware=_resolve(db.hardware.get, _cell(row, "hardware")),
+        weight_format=engine.runs(fmt) if engine else fmt,
+        kv_format=_resolve(kv_format, _cell(row, "kv_format") or "f16"),
+        layout=layout, batch=_int(row, "batch", 1, minimum=1),  # no batch: saturated or under load below
         # a generation benchmark from an empty context (llama-bench tgN) starts from one BOS token
         prompt_tokens=max(_int(row, "input_len", 0), 1), output_tokens=max(_int(row, "output_len", 1), 1))
+
+
+def serving_from_row(row: dict) -> ServingOptions:
+    """The row's serving conditions: attention kind, cached context, partial offload, and load."""
+    depth = _int(row, "context_depth", 0)
+    options = dict(attention=_attention(row), prefix_tokens=depth, gpu_layers=_int(row, "gpu_layers", 0) or None,
+                   concurrency=_int(row, "concurrency", 0), rate=_number(row, "request_rate", 0.0))
+    if _int(row, "cpu_moe", 0):
+        raise ConfigurationError("experts on the CPU (column 'cpu_moe') are not modelled yet; the row is not "
+                                 "predicted")
+    if options["concurrency"] and options["rate"]:
+        raise ConfigurationError("a row gives its load as 'concurrency' or 'request_rate', not both")
+    try:
+        return ServingOptions(**options)
+    except ValidationError as exc:
+        raise ConfigurationError(describe_validation_error(exc)) from None
+
+
+def engine_of_row(row: dict, hardware) -> EngineProfile:
+    """The row's ``engine`` column when it names a profile, else the profile its ``framework`` text names,
+    on the row's ``backend`` (or the device's usual one): llama.cpp on ROCm is ``llama.cpp@rocm``."""
+    name = _cell(row, "engine")
+    profile = None
+    if name and name.lower() != "other":
+        try:
+            profile = engine(name)
+        except UnknownNameError:
+            pass
+    profile = profile or engine_for_framework(_cell(row, "framework"))
+    backend = _cell(row, "backend") or default_backend(hardware.vendor, hardware.device_class.value)
+    return profile.on_backend(backend)
 
 
 def _status(exc: RooflineError) -> str:
@@ -104,78 +174,115 @@ def _status(exc: RooflineError) -> str:
     for kind in ("model", "gpu", "weight format", "KV-cache format"):
         if text.startswith(f"unknown {kind}"):
             return "unknown_" + kind.split()[0].lower().replace("-cache", "").replace("gpu", "hardware")
-    return "invalid"
+    return "not_modelled" if "not modelled" in text else "invalid"
 
 
 @dataclass
 class Resolved:
     """Rows that resolved, with their configurations and engines, ready to evaluate many times."""
 
-    positions: list[int]          # index of each resolved row in the input
-    configs: list[Configuration]
-    engines: list[str]            # engine profile name per resolved row
-    saturate: list[bool]          # no batch given: evaluate at the largest batch that fits
-    metrics: list[str]
-    attention: list[str] = field(default_factory=list)   # fused | unfused, per row
-    depth: list[int] = field(default_factory=list)       # tokens already cached before a measured prompt
+    positions: list[int] = field(default_factory=list)          # index of each resolved row in the input
+    configs: list[Configuration] = field(default_factory=list)
+    engines: list[str] = field(default_factory=list)            # engine profile name per resolved row
+    serving: list[ServingOptions] = field(default_factory=list)  # attention, cached context, offload, load
+    saturate: list[bool] = field(default_factory=list)          # offline: the largest batch that fits
+    metrics: list[str] = field(default_factory=list)
+    cache: dict = field(default_factory=dict, repr=False, compare=False)  # prepared columns, per group
 
 
 def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
     """Resolve every row once; the second value is one result dict per input row (errors filled in)."""
     out = []
-    resolved = Resolved([], [], [], [], [], [], [])
+    resolved = Resolved()
     for i, row in enumerate(rows):
-        result = {"id": row.get("id", ""), "metric": row.get("metric", ""), "measured": row.get("value", ""),
-                  "unit": row.get("unit", ""), "predicted": "", "rel_error": "", "status": "ok", "reason": "",
+        result = {"id": _cell(row, "id"), "metric": _cell(row, "metric"), "measured": _cell(row, "value"),
+                  "unit": _cell(row, "unit"), "predicted": "", "rel_error": "", "status": "ok", "reason": "",
                   "engine": ""}
         try:
-            profile = engine_for_framework(row.get("framework", ""))
+            if result["measured"]:
+                _number(row, "value", minimum=0.0)
+            profile = engine_of_row(row, _resolve(db.hardware.get, _cell(row, "hardware") or "?"))
             config = configuration_from_row(row, db, profile)
-            depth = _int(row, "context_depth", 0)
-            if depth:   # a prompt measured on top of `depth` cached tokens (llama-bench ppN @ dM)
-                config = replace(config, prompt_tokens=config.prompt_tokens + depth)
-        except (RooflineError, KeyError) as exc:
-            result["status"] = _status(exc) if isinstance(exc, RooflineError) else "invalid"
-            result["reason"] = str(exc) if isinstance(exc, RooflineError) else f"missing column {exc}"
+            serving = serving_from_row(row)
+            if serving.prefix_tokens:   # a prompt measured on top of cached tokens (llama-bench ppN @ dM)
+                config = replace(config, prompt_tokens=config.prompt_tokens + serving.prefix_tokens)
+            serving.check([config.prompt_tokens], [config.model], [config.layout])
+        except DatabaseError:
+            raise   # a broken database is not a problem of this row
+        except RooflineError as exc:
+            result["status"], result["reason"] = _status(exc), str(exc)
         else:
             result["engine"] = profile.name
             resolved.positions.append(i)
             resolved.configs.append(config)
             resolved.engines.append(profile.name)
-            resolved.saturate.append(not (row.get("batch") or "").strip())
-            resolved.metrics.append(row["metric"].strip())
-            resolved.attention.append(_attention(row))
-            resolved.depth.append(_int(row, "context_depth", 0))
+            resolved.serving.append(serving)
+            resolved.saturate.append(not _cell(row, "batch") and not serving.under_load)
+            resolved.metrics.append(result["metric"])
         out.append(result)
     return resolved, out
 
 
-def predict_resolved(resolved: Resolved, parameters: dict[str, EngineDefaults] | None = None) -> list[dict]:
-    """Results per resolved row, each engine's rows with its parameters (overridable, for fitting)."""
+def predict_resolved(resolved: Resolved, parameters: dict[str, EngineDefaults] | None = None,
+                     physical_limit: bool = False) -> list[dict]:
+    """Results per resolved row, each engine's rows with its parameters (overridable, for fitting).
+
+    With ``physical_limit``, every row at 100% of datasheet bandwidth and peak with no overheads (the batch
+    of an offline row is still the engine's largest that fits).
+    """
     results: list[dict] = [{} for _ in resolved.configs]
-    keys = list(zip(resolved.engines, resolved.attention, resolved.depth))
-    for name, attention, depth in sorted(set(keys)):
-        idx = [i for i, key in enumerate(keys) if key == (name, attention, depth)]
-        profile = engine(name)
-        if parameters and name in parameters:
-            profile = profile.model_copy(update={"parameters": parameters[name]})
-        serving = ServingOptions(attention=attention, prefix_tokens=depth)
-        configs = [resolved.configs[i] for i in idx]
-        columns = results_for_configurations(configs, serving=serving, engine=profile)
-        saturate = [j for j, i in enumerate(idx) if resolved.saturate[i]]
-        if saturate:
-            for j in saturate:
-                configs[j] = replace(configs[j], batch=int(max(columns["max_batch"][j], 1)))
-            columns = results_for_configurations(configs, serving=serving, engine=profile)
+    for idx, columns, batch in _evaluated_groups(resolved, parameters, physical_limit):
         for j, i in enumerate(idx):
             results[i] = {k: v[j] for k, v in columns.items()}
-            results[i]["batch_used"] = configs[j].batch
+            results[i]["batch_used"] = int(batch[j])
     return results
+
+
+def predicted_array(resolved: Resolved, parameters: dict[str, EngineDefaults] | None = None) -> np.ndarray:
+    """Each resolved row's prediction in its metric's unit (the fast path a fit calls many times)."""
+    out = np.full(len(resolved.configs), np.nan)
+    for idx, columns, _ in _evaluated_groups(resolved, parameters, False):
+        for column, factor in {METRICS[resolved.metrics[i]] for i in idx}:
+            rows = [j for j, i in enumerate(idx) if METRICS[resolved.metrics[i]][0] == column]
+            out[np.asarray(idx)[rows]] = np.asarray(columns[column], dtype=float)[rows] * factor
+    return out
+
+
+def _evaluated_groups(resolved: Resolved, parameters, physical_limit: bool):
+    """(row indices, result columns, batch used) per group of rows sharing an engine and serving options."""
+    for (name, serving), (idx, prepared, batch) in _prepared_groups(resolved, physical_limit).items():
+        profile = engine(name)
+        params = PHYSICAL_LIMIT if physical_limit else \
+            (parameters or {}).get(name, profile.parameters)
+        yield idx, prepared.results(serving, params, batch), batch
+
+
+def _prepared_groups(resolved: Resolved, physical_limit: bool) -> dict:
+    """Rows grouped by (engine, serving), as columns, with the batch each is evaluated at (cached).
+
+    An offline row (no batch, no load) runs at the largest batch whose KV cache fits, which depends on
+    memory only, never on the engine's efficiencies.
+    """
+    key = ("physical" if physical_limit else "engine")
+    if key not in resolved.cache:
+        groups = {}
+        keys = list(zip(resolved.engines, resolved.serving))
+        for group in dict.fromkeys(keys):
+            idx = [i for i, k in enumerate(keys) if k == group]
+            prepared = ConfigurationColumns.of([resolved.configs[i] for i in idx], physical_limit)
+            batch = prepared.batch.copy()
+            saturate = np.array([resolved.saturate[i] for i in idx], dtype=bool)
+            if saturate.any():
+                first = prepared.results(group[1], engine(group[0]).parameters)
+                batch = np.where(saturate, np.maximum(first["max_batch"], 1).astype(int), batch)
+            groups[group] = (idx, prepared, batch)
+        resolved.cache[key] = groups
+    return resolved.cache[key]
 
 
 def _attention(row: dict) -> str:
     """The optional ``attention`` column: fused (FlashAttention-style, the default) or unfused."""
-    value = (row.get("attention") or "fused").strip().lower()
+    value = (_cell(row, "attention") or "fused").lower()
     if value not in ("fused", "unfused"):
         raise ConfigurationError(f"column 'attention' must be fused or unfused, got {value!r}")
     return value
@@ -183,59 +290,70 @@ def _attention(row: dict) -> str:
 
 def predicted_values(resolved: Resolved, results: list[dict]):
     """Each resolved row's prediction in its metric's unit."""
-    import numpy as np
     return np.array([float(r[METRICS[m][0]]) * METRICS[m][1] for r, m in zip(results, resolved.metrics)])
 
 
 def predict_rows(rows: list[dict], db: Database | None = None) -> list[dict]:
-    """Predicted (and, where given, measured and relative error) for each input row."""
+    """Predicted (with its 80% interval and, where given, measured and relative error) for each input row."""
     db = db or load_database()
     resolved, out = resolve_rows(rows, db)
     if resolved.configs:
+        limits = predict_resolved(resolved, physical_limit=True)
         for j, result in enumerate(predict_resolved(resolved)):
             i = resolved.positions[j]
-            _fill(out[i], result, resolved.configs[j])
+            _fill(out[i], result, limits[j], resolved, j, rows[i])
             if resolved.saturate[j]:
                 out[i]["reason"] = (out[i]["reason"] + "; " if out[i]["reason"] else "") + \
                     f"batch not given: evaluated at the largest batch that fits, {result['batch_used']}"
     return out
 
 
-def _fill(result: dict, r: dict, config: Configuration) -> None:
+def _fill(result: dict, r: dict, limit: dict, resolved: Resolved, j: int, row: dict) -> None:
     column, factor = METRICS[result["metric"]]
     predicted = float(r[column]) * factor
-    result["predicted"] = f"{predicted:.6g}"
+    result["predicted"] = f"{predicted:.6g}" if math.isfinite(predicted) else ""
     if not r["fits"]:
         result["status"] = "does_not_fit"
         result["reason"] = (f"needs {r['memory_required_bytes'] / 1e9:.1f} GB per device, has "
                             f"{r['memory_available_bytes'] / 1e9:.1f} GB; prediction assumes it fits")
-    measured = result["measured"].strip() if isinstance(result["measured"], str) else result["measured"]
-    if measured not in ("", None):
+    config, metric = resolved.configs[j], result["metric"]
+    regime = measurement_regime(metric, config.batch, resolved.saturate[j], resolved.serving[j].under_load)
+    found = measurement_band(metric, regime, resolved.engines[j], config.hardware.vendor,
+                             config.hardware.device_class.value, _cell(row, "backend"))
+    if found and math.isfinite(predicted):
+        low, high = predicted * found[0], predicted * found[1]
+        bound = float(limit[column]) * factor     # the physical roofline: no speed above it, no time below
+        if math.isfinite(bound) and bound > 0:
+            low, high = (max(low, bound), high) if metric in TIME_METRICS else (low, min(high, bound))
+        result["predicted_low"], result["predicted_high"] = f"{low:.6g}", f"{high:.6g}"
+    measured = result["measured"]
+    if measured not in ("", None) and math.isfinite(predicted):
         value = float(measured)
-        if value > 0 and math.isfinite(value):
+        if value > 0:
             result["rel_error"] = f"{predicted / value - 1:+.4f}"
 
 
 def predict_file(in_path: str, out_path: str, db: Database | None = None, force: bool = False) -> str:
-    """Read ``in_path``, write ``out_path`` (never over an existing file unless ``force``), return a summary."""
-    src, dst = Path(in_path), Path(out_path)
-    if dst.exists() and not force:
-        raise ConfigurationError(f"{dst} exists; pass --force to overwrite it, or choose another --out")
+    """Read ``in_path``, write ``out_path`` atomically (never over an existing file unless ``force``)."""
+    src = Path(in_path)
+    prepare_output(out_path, force, "--out")     # before any work: a refused --out costs nothing
     try:
-        with src.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
-            if missing:
-                raise ConfigurationError(f"{src}: missing columns {missing}; required: {', '.join(REQUIRED)}")
-            rows = list(reader)
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read {src}: {exc.strerror}") from None
+        reader = csv.DictReader(io.StringIO(read_text(src, "--csv", ConfigurationError), newline=""))
+        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigurationError(f"--csv {src}: missing columns {missing}; required: {', '.join(REQUIRED)}")
+        rows = list(reader)
+    except csv.Error as exc:
+        raise ConfigurationError(f"--csv {src} is not a readable CSV file: {exc}") from None
     results = predict_rows(rows, db)
-    with dst.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=OUTPUT_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(results)
-    return summarize(results, dst)
+
+    def write(path: Path) -> None:
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=OUTPUT_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(results)
+
+    return summarize(results, write_atomically(out_path, write, force, "--out"))
 
 
 def summarize(results: list[dict], dst: Path) -> str:

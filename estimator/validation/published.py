@@ -1,40 +1,53 @@
 """`roofline validate --published`: the estimator's measured error, cross-validated, and its intervals.
 
-Every figure here is leave-one-source-out (:mod:`estimator.validation.fitting`): the rows
-of a source are predicted by engine parameters fitted without that source.
-The prediction intervals every estimate carries are quantiles of those
-held-out ratios, per engine and device group, and the coverage test uses, for
-each row, an interval built without its own source.
+Every figure here is leave-one-source-out (:mod:`estimator.validation.cross_validation`): the rows
+of a source are predicted by engine parameters fitted without that source, and rows the estimator
+thinks do not fit in memory count too (predicted as if they fitted; they ran). The prediction
+intervals are calibrated on those held-out residuals (:mod:`estimator.validation.interval_calibration`);
+coverage and width are judged, for each source, on intervals built from the other sources only.
+Serving rows (driven by a client concurrency or request rate) are reported as their own phase and
+are not in the headline figures.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from estimator.efficiency.defaults import DEVICE_GROUPS
-from estimator.evaluation.intervals import GROUP_OF_CLASS, interval_for
+from estimator.efficiency.defaults import GROUP_OF_CLASS
+from estimator.errors import ConfigurationError
+from estimator.evaluation.intervals import (
+    PHASE_OF_REGIME,
+    PREFILL_METRICS,
+    THROUGHPUT_METRICS,
+    TIME_METRICS,
+    cell_path,
+    default_backend,
+    measurement_regime,
+)
 from estimator.formatting import table
 from estimator.specs.database import Database, load_database
 from estimator.validation.cross_validation import cross_validate
 from estimator.validation.dataset import Dataset, load_dataset
-from estimator.validation.fitting import GENERIC, PREFILL_METRICS, Problem, build_problem, fit_all
+from estimator.validation.fitting import GENERIC, Problem, build_problem, fit_all, fit_record
+from estimator.validation.interval_calibration import HeldOutBands, Residuals, held_out_bands, shipped_table
 
-TIME_METRICS = ("ttft_ms", "itl_ms", "e2e_latency_s")
-TARGET_COVERAGE = 0.80
-LEVELS = (0.10, 0.90)
-# Errors of a new source are not exchangeable with those of the sources already seen (each engine
-# version and benchmark brings its own bias), so the 10th-90th percentiles of past residuals cover
-# fewer than 80% of a new source's rows. The interval is therefore widened in log space around the
-# median by a factor k, the smallest of these whose leave-one-source-out coverage reaches 80%
-# (a conformal calibration with sources as the exchangeable units).
-WIDENING = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0)
-MIN_GROUP_ROWS = 8
+HEADLINE_METRICS = {"decode": ("decode_tps_per_seq", "decode_tps_total", "itl_ms"),
+                    "prefill": PREFILL_METRICS, "throughput": THROUGHPUT_METRICS}
+PHASES = ("decode", "prefill", "throughput", "serving")
+SPLITS = ("engine", "backend", "device group", "format family")
 
 
-def phase_of(metric: str) -> str:
-    return "prefill" if metric in PREFILL_METRICS else "decode"
+def format_family(name: str) -> str:
+    """Weight formats grouped by the kernels that run them."""
+    lower = name.lower()
+    for family, marks in (("16-bit", ("f16", "bf16", "f32")), ("fp8", ("fp8",)), ("fp4", ("fp4",)),
+                          ("int8", ("int8",)), ("awq/gptq", ("awq", "gptq")), ("gguf k-quant", ("_k",)),
+                          ("gguf legacy", ("q4_0", "q8_0", "q5_0", "q4_1"))):
+        if any(m in lower for m in marks):
+            return family
+    return "other"
 
 
 @dataclass
@@ -42,30 +55,55 @@ class Validation:
     problem: Problem
     predicted: np.ndarray          # held-out (cross-validated) predictions
     params: dict                   # engine parameters fitted on everything
-    widening: tuple | None = None  # (k, coverage), found on first use
+    _bands: HeldOutBands | None = field(default=None, repr=False)
 
     @property
     def speed_ratio(self) -> np.ndarray:
         """Measured speed over predicted speed (time metrics inverted): > 1 means faster than predicted."""
         ratio = self.problem.measured / self.predicted
-        times = np.isin(self.problem.resolved.metrics, TIME_METRICS)
-        return np.where(times, 1 / ratio, ratio)
+        return np.where(self._times, 1 / ratio, ratio)
+
+    @property
+    def _times(self) -> np.ndarray:
+        return np.isin(self.problem.resolved.metrics, TIME_METRICS)
 
     @property
     def abs_pct_error(self) -> np.ndarray:
         return np.abs(self.predicted / self.problem.measured - 1)
 
     def labels(self) -> dict[str, np.ndarray]:
-        configs = self.problem.resolved.configs
+        r = self.problem.resolved
+        regimes = [measurement_regime(m, c.batch, sat, s.under_load)
+                   for m, c, sat, s in zip(r.metrics, r.configs, r.saturate, r.serving)]
+        backends = [row.get("backend") or default_backend(c.hardware.vendor, c.hardware.device_class.value)
+                    for row, c in zip(self.problem.rows, r.configs)]
         return {
-            "metric": np.array(self.problem.resolved.metrics),
-            "phase": np.array([phase_of(m) for m in self.problem.resolved.metrics]),
+            "metric": np.array(r.metrics),
+            "regime": np.array(regimes),
+            "phase": np.array([PHASE_OF_REGIME[g] for g in regimes]),
             "engine": self.problem.engines,
-            "device group": np.array([GROUP_OF_CLASS[c.hardware.device_class.value] for c in configs]),
-            "device class": np.array([c.hardware.device_class.value for c in configs]),
-            "model type": np.array(["MoE" if c.model.shape.moe else "dense" for c in configs]),
+            "backend": np.array([b or "unstated" for b in backends]),
+            "device group": np.array([GROUP_OF_CLASS[c.hardware.device_class.value] for c in r.configs]),
+            "device class": np.array([c.hardware.device_class.value for c in r.configs]),
+            "format family": np.array([format_family(c.weight_format.name) for c in r.configs]),
+            "model type": np.array(["MoE" if c.model.shape.moe else "dense" for c in r.configs]),
             "source": self.problem.sources,
         }
+
+    def residuals(self) -> Residuals:
+        labels = self.labels()
+        limit_ratio = self.problem.limit / self.predicted
+        paths = [cell_path(g, e, d, b) for g, e, d, b in
+                 zip(labels["regime"], labels["engine"], labels["device group"], labels["backend"])]
+        return Residuals(np.log(self.speed_ratio), np.log(np.where(self._times, 1 / limit_ratio, limit_ratio)),
+                         paths, labels["phase"], self.problem.sources)
+
+    @property
+    def bands(self) -> HeldOutBands:
+        """Each row's 80% band built without its own source (computed once)."""
+        if self._bands is None:
+            self._bands = held_out_bands(self.residuals())
+        return self._bands
 
 
 def run(dataset: Dataset | None = None, db: Database | None = None) -> Validation:
@@ -75,89 +113,88 @@ def run(dataset: Dataset | None = None, db: Database | None = None) -> Validatio
     return Validation(problem, cross_validate(problem), fit_all(problem))
 
 
+def _errors(v: Validation, mask: np.ndarray) -> dict:
+    """Error figures over ``mask``; a serving row the model calls saturated has no latency to compare."""
+    predicted = mask & np.isfinite(v.predicted)
+    ape = v.abs_pct_error[predicted]
+    out = {"rows": int(predicted.sum()), "saturated": int((mask & ~predicted).sum())}
+    if not len(ape):
+        return {**out, "median_abs_error": None, "p90_abs_error": None, "bias": None}
+    signed = v.predicted[predicted] / v.problem.measured[predicted] - 1
+    return {**out, "median_abs_error": float(np.median(ape)), "p90_abs_error": float(np.quantile(ape, 0.9)),
+            "bias": float(np.median(signed))}
+
+
+def _phase_masks(v: Validation) -> dict[str, np.ndarray]:
+    labels = v.labels()
+    serving = labels["phase"] == "serving"
+    masks = {phase: np.isin(labels["metric"], metrics) & ~serving for phase, metrics in HEADLINE_METRICS.items()}
+    masks["serving"] = serving
+    return masks
+
+
 def error_table(v: Validation, by: str) -> list[tuple]:
     """Rows of (group, n, median |error|, p90 |error|, bias) for one grouping."""
     groups = v.labels()[by]
     rows = []
     for g in sorted(set(groups)):
-        mask = groups == g
-        ape, signed = v.abs_pct_error[mask], v.predicted[mask] / v.problem.measured[mask] - 1
-        rows.append((g, int(mask.sum()), float(np.median(ape)), float(np.quantile(ape, 0.9)),
-                     float(np.median(signed))))
+        e = _errors(v, groups == g)
+        rows.append((str(g), e["rows"], e["median_abs_error"], e["p90_abs_error"], e["bias"]))
     return rows
 
 
-def headline(v: Validation) -> dict[str, float]:
-    """Cross-validated median absolute error for decode speed and for prefill/TTFT."""
-    labels = v.labels()
-    decode = np.isin(labels["metric"], ("decode_tps_per_seq", "decode_tps_total", "itl_ms"))
-    prefill = labels["phase"] == "prefill"
-    return {"decode_median_abs_error": float(np.median(v.abs_pct_error[decode])),
-            "prefill_ttft_median_abs_error": float(np.median(v.abs_pct_error[prefill])),
-            "all_median_abs_error": float(np.median(v.abs_pct_error)), "rows": int(len(v.predicted)),
-            "sources": int(len(set(v.problem.sources)))}
+def interval_quality(v: Validation, mask: np.ndarray) -> dict:
+    """Out-of-source coverage of the 80% band and its median width (high / low), over ``mask``."""
+    bands = v.bands
+    judged = mask & ~np.isnan(bands.low)
+    if not judged.any():
+        return {"rows": 0, "coverage": None, "median_width": None}
+    return {"rows": int(judged.sum()), "coverage": float(bands.inside[judged].mean()),
+            "median_width": float(np.median(bands.high[judged] / bands.low[judged]))}
 
 
-def intervals(v: Validation, exclude_source: str | None = None, widening: float = 1.0) -> dict:
-    """Speed-ratio intervals by engine, phase and device group (engine-wide and global fallbacks).
+def fit_failures(v: Validation) -> dict:
+    ids = [row["id"] for row, ok in zip(v.problem.rows, v.problem.fits) if not ok]
+    return {"count": len(ids), "ids": ids}
 
-    Each is the 10th-90th percentile range of the held-out ratios, widened by ``widening``
-    in log space around their median; entries are [low, high, rows].
-    """
-    labels = v.labels()
-    keep = labels["source"] != exclude_source
-    ratio = v.speed_ratio
 
-    def quantiles(mask):
-        mask = mask & keep
-        if mask.sum() < MIN_GROUP_ROWS:
-            return None
-        logs = np.log(ratio[mask])
-        centre = np.median(logs)
-        low, high = np.quantile(logs, LEVELS)
-        return [round(float(np.exp(centre + widening * (low - centre))), 4),
-                round(float(np.exp(centre + widening * (high - centre))), 4), int(mask.sum())]
+def headline(v: Validation) -> dict:
+    """Cross-validated median and P90 |error| per phase, interval coverage and width, fit failures."""
+    masks = _phase_masks(v)
+    out = {phase: {**_errors(v, mask), "interval": interval_quality(v, mask)} for phase, mask in masks.items()}
+    decode, prefill = out["decode"], out["prefill"]
+    return {"decode_median_abs_error": decode["median_abs_error"], "decode_p90_abs_error": decode["p90_abs_error"],
+            "prefill_ttft_median_abs_error": prefill["median_abs_error"],
+            "prefill_ttft_p90_abs_error": prefill["p90_abs_error"],
+            "throughput_median_abs_error": out["throughput"]["median_abs_error"],
+            "all_median_abs_error": float(np.nanmedian(v.abs_pct_error)), "rows": int(len(v.predicted)),
+            "sources": int(len(set(v.problem.sources))),
+            "devices": int(len({c.hardware.name for c in v.problem.resolved.configs})),
+            "fit_failures": int((~v.problem.fits).sum()), "phases": out}
 
-    out = {"global": {ph: quantiles(labels["phase"] == ph) for ph in ("decode", "prefill")}}
-    for eng in sorted({str(e) for e in labels["engine"]}):
-        for ph in ("decode", "prefill"):
-            base = (labels["engine"] == eng) & (labels["phase"] == ph)
-            entry = out.setdefault(eng, {}).setdefault(ph, {"all": quantiles(base)})
-            for group in DEVICE_GROUPS:
-                entry[group] = quantiles(base & (labels["device group"] == group))
+
+def splits(v: Validation) -> dict:
+    """Error and interval quality per phase, split by engine, backend, device group and format family."""
+    labels, masks = v.labels(), _phase_masks(v)
+    out = {}
+    for by in SPLITS:
+        for group in sorted(set(labels[by])):
+            for phase, mask in masks.items():
+                cell = mask & (labels[by] == group)
+                if cell.any():
+                    out.setdefault(by, {}).setdefault(str(group), {})[phase] = {
+                        **_errors(v, cell), "interval": interval_quality(v, cell)}
     return out
 
 
-def coverage(v: Validation, widening: float = 1.0) -> float:
-    """Share of rows inside the interval built, with this widening, without their own source."""
-    labels = v.labels()
-    inside = []
-    for source in sorted(set(labels["source"])):
-        table_ = intervals(v, exclude_source=source, widening=widening)
-        for i in np.flatnonzero(labels["source"] == source):
-            found, _ = interval_for(table_, labels["engine"][i], labels["phase"][i], labels["device group"][i])
-            if found:
-                inside.append(found[0] <= v.speed_ratio[i] <= found[1])
-    return float(np.mean(inside))
-
-
-def calibrated_widening(v: Validation) -> tuple[float, float]:
-    """The smallest widening whose out-of-source coverage reaches the target, and that coverage."""
-    if v.widening is None:
-        v.widening = _search_widening(v)
-    return v.widening
-
-
-def _search_widening(v: Validation) -> tuple[float, float]:
-    for k in WIDENING:
-        covered = coverage(v, k)
-        if covered >= TARGET_COVERAGE:
-            return k, covered
-    return WIDENING[-1], covered
+def to_json(v: Validation) -> dict:
+    """What `roofline validate --published --json` prints."""
+    return {"headline": headline(v), "fit_failures": fit_failures(v), "splits": splits(v),
+            "parameters": {name: fit_record(v.problem, name) for name in sorted(v.params) if name != GENERIC}}
 
 
 def worst_rows(v: Validation, n: int = 10) -> list[tuple]:
-    order = np.argsort(-v.abs_pct_error)[:n]
+    order = np.argsort(-np.nan_to_num(v.abs_pct_error, nan=-1.0))[:n]
     rows = []
     for i in order:
         row = v.problem.rows[i]
@@ -178,28 +215,25 @@ def _known_reason(row: dict) -> str:
     return ""
 
 
-def _widening_text(v: Validation) -> tuple[float, str]:
-    k, covered = calibrated_widening(v)
-    return k, f"{covered:.0%}"
-
-
 def format_validation(v: Validation) -> str:
     h = headline(v)
-    pct = lambda x: f"{x:.0%}"  # noqa: E731
-    parts = [f"Cross-validated error (leave one source out): {h['rows']} rows from {h['sources']} sources",
-             f"  decode tokens/s / ITL: median |error| {pct(h['decode_median_abs_error'])}; "
-             f"prefill / TTFT: {pct(h['prefill_ttft_median_abs_error'])}; all metrics: "
-             f"{pct(h['all_median_abs_error'])}",
-             "  80% prediction intervals: the 10th-90th percentile of held-out ratios widened {:g}x covers {} of "
-             "rows, each built without its own source".format(*_widening_text(v))]
-    for by in ("metric", "engine", "device class", "model type"):
-        parts += ["", f"By {by}", table([(g, n, pct(m), pct(p), f"{b:+.0%}") for g, n, m, p, b in error_table(v, by)],
+    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+    width = lambda x: "-" if x is None else f"{x:.2f}x"  # noqa: E731
+    parts = [f"Cross-validated error (leave one source out): {h['rows']} rows from {h['sources']} sources on "
+             f"{h['devices']} devices; {h['fit_failures']} rows that ran are predicted not to fit (counted, "
+             "predicted as if they fitted)",
+             table([(phase, p["rows"], pct(p["median_abs_error"]), pct(p["p90_abs_error"]), pct(p["bias"]),
+                     pct(p["interval"]["coverage"]), width(p["interval"]["median_width"]))
+                    for phase, p in h["phases"].items()],
+                   header=("phase", "rows", "median |err|", "p90 |err|", "bias", "80% coverage", "median width")),
+             "  coverage and width: each source judged on an interval built from the other sources only; serving "
+             "rows (client concurrency or request rate) are not in the headline"]
+    for by in ("metric", "engine", "backend", "device group", "format family", "model type"):
+        parts += ["", f"By {by}", table([(g, n, pct(m), pct(p), pct(b)) for g, n, m, p, b in error_table(v, by)],
                                         header=(by, "rows", "median |err|", "p90 |err|", "bias"))]
     parts += ["", "Worst rows", table(worst_rows(v), header=("id", "engine", "metric", "measured", "predicted",
                                                                "error", "known reason"))]
     return "\n".join(parts)
-
-
 
 
 def write_results(v: Validation, folder) -> list[str]:
@@ -209,33 +243,43 @@ def write_results(v: Validation, folder) -> list[str]:
     import yaml
 
     from estimator.efficiency.calibration_profile import now_iso
-    from estimator.efficiency.engine_profiles import INTERVALS_FILE, engine
+    from estimator.efficiency.engine_profiles import BACKEND_MARK, INTERVALS_FILE, engine
 
     folder = Path(folder)
     h = headline(v)
     labels = v.labels()
     written = []
-    for name, params in v.params.items():
+    documents = {}
+    for name, params in sorted(v.params.items()):
         if name == GENERIC:
             continue
-        profile = engine(name)
-        path = next(p for p in folder.glob("*.yaml")
-                    if not p.name.startswith("_") and yaml.safe_load(p.read_text()).get("name") == profile.name)
-        doc = yaml.safe_load(path.read_text())
+        base, _, backend = name.partition(BACKEND_MARK)
+        profile = engine(base)
+        path = next((p for p in folder.glob("*.yaml")
+                     if not p.name.startswith("_") and yaml.safe_load(p.read_text()).get("name") == profile.name), None)
+        if path is None:
+            raise ConfigurationError(f"--write {folder}: no engine file named {profile.name!r} there; give the "
+                                     "engines_db folder")
+        doc = documents.setdefault(path, yaml.safe_load(path.read_text()))
         mask = labels["engine"] == name
-        by_metric = {str(m): round(float(np.median(v.abs_pct_error[mask & (labels["metric"] == m)])), 4)
-                     for m in sorted(set(labels["metric"][mask]))}
-        doc["parameters"] = {k: _rounded(val) for k, val in params.model_dump().items()}
-        doc["fit"] = {"dataset_rows": int(mask.sum()), "sources": sorted({str(x) for x in labels["source"][mask]}),
-                      "date": now_iso()[:10], "loso_median_abs_error": by_metric}
+        by_metric = {str(m): round(e, 4) for m in sorted(set(labels["metric"][mask]))
+                     if (e := _errors(v, mask & (labels["metric"] == m))["median_abs_error"]) is not None}
+        fitted = {"parameters": {k: _rounded(val) for k, val in params.model_dump().items()},
+                  "fit": {"dataset_rows": int(mask.sum()), "sources": sorted({str(x) for x in labels["source"][mask]}),
+                          "date": now_iso()[:10], "loso_median_abs_error": by_metric,
+                          "parameters": fit_record(v.problem, name)["parameters"]}}
+        if backend:
+            doc.setdefault("backends", {})[backend] = fitted
+        else:
+            doc.update(fitted)
+    for path, doc in documents.items():
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         written.append(str(path))
-    k, covered = calibrated_widening(v)
-    table_ = intervals(v, widening=k)
+    stored = shipped_table(v.residuals())
     (folder / INTERVALS_FILE).write_text(yaml.safe_dump({
-        "widening": k, "levels": list(LEVELS), "out_of_source_coverage": round(covered, 4),
-        "headline": {key: (round(val, 4) if isinstance(val, float) else val) for key, val in h.items()},
-        "date": now_iso()[:10], "intervals": table_}, sort_keys=False))
+        **stored, "out_of_source_coverage": _rounded(h["phases"]["decode"]["interval"]["coverage"]),
+        "headline": _rounded({k: val for k, val in h.items() if k != "phases"}),
+        "phases": _rounded(h["phases"]), "date": now_iso()[:10]}, sort_keys=False))
     written.append(str(folder / INTERVALS_FILE))
     return written
 

@@ -1,0 +1,122 @@
+"""Calibrating the 80% prediction intervals on held-out residuals, without looking at the rows judged.
+
+Residuals are log(measured / predicted speed) of leave-one-source-out predictions (time metrics
+inverted), so each comes from a fit that never saw its row. A table of cells (regime, engine, device
+group, backend; see :mod:`estimator.evaluation.intervals`) holds their 10th, 50th and 90th
+percentiles; a row's band is read through its cells with hierarchical shrinkage and widened by a
+factor ``k`` per phase, capped by the physical roofline.
+
+``k`` is chosen by grouped inner folds over sources: the sources are dealt into ``INNER_FOLDS``
+groups, each group's rows are judged against a table built from the other groups, and ``k`` is the
+smallest value on a grid whose coverage reaches 80%. To report honest coverage, every source is
+judged against a table and a ``k`` built from the other sources only (a nested loop; no refits,
+since the residuals are already held out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from estimator.evaluation.intervals import cell_key, shrunk_quantiles
+
+TARGET_COVERAGE = 0.80
+LEVELS = (0.10, 0.50, 0.90)
+PRIOR_ROWS = 10.0          # pseudo-rows a cell borrows from its parent (hierarchical shrinkage)
+MIN_CELL_ROWS = 3          # fewer rows than this: the cell is its parent
+INNER_FOLDS = 5
+WIDENING_GRID = np.round(np.arange(0.8, 4.01, 0.05), 2)
+
+
+@dataclass
+class Residuals:
+    """Held-out residuals, one per row, with what the intervals are conditioned on."""
+
+    log_ratio: np.ndarray      # log(measured / predicted speed)
+    log_cap: np.ndarray        # log(physical-limit speed / predicted speed): no band reaches above it
+    paths: list                # cell path per row, most general first
+    phases: np.ndarray         # decode, prefill, throughput or serving: k is chosen per phase
+    sources: np.ndarray
+
+
+def build_cells(r: Residuals, mask: np.ndarray) -> dict:
+    """Percentiles of the residuals in every cell with enough rows among ``mask``."""
+    groups: dict[str, list[int]] = {}
+    for i in np.flatnonzero(mask & np.isfinite(r.log_ratio)):
+        for cell in r.paths[i]:
+            groups.setdefault(cell_key(cell), []).append(i)
+    return {key: [*(round(float(v), 5) for v in np.quantile(r.log_ratio[idx], LEVELS)), len(idx)]
+            for key, idx in groups.items() if len(idx) >= MIN_CELL_ROWS}
+
+
+def log_bands(r: Residuals, cells: dict, rows: np.ndarray, widening, grid: bool = False):
+    """Low and high log ratio of each row's band (NaN where its regime has no cells), capped by physics.
+
+    ``widening`` is one factor per row, or with ``grid`` a grid of factors (one column per factor).
+    """
+    k = np.asarray(widening, dtype=float)
+    q = np.array([_quantiles(cells, r.paths[i]) for i in rows]).reshape(len(rows), 3)
+    low, mid, high = (q[:, j:j + 1] if grid else q[:, j] for j in range(3))
+    cap = r.log_cap[rows][:, None] if grid else r.log_cap[rows]
+    return mid + k * (low - mid), np.minimum(mid + k * (high - mid), cap)
+
+
+def _quantiles(cells: dict, path) -> np.ndarray:
+    q = shrunk_quantiles(cells, path, PRIOR_ROWS)
+    return np.full(3, np.nan) if q is None else q
+
+
+def choose_widening(r: Residuals, mask: np.ndarray) -> dict[str, float]:
+    """Per phase, the smallest k whose coverage over inner folds of the sources in ``mask`` reaches 80%."""
+    mask = mask & np.isfinite(r.log_ratio)
+    sources = sorted(set(r.sources[mask]))
+    fold_of = {s: i % INNER_FOLDS for i, s in enumerate(sources)}
+    folds = np.array([fold_of.get(s, -1) for s in r.sources])
+    inside = np.zeros((len(r.log_ratio), len(WIDENING_GRID)), dtype=bool)
+    judged = np.zeros(len(r.log_ratio), dtype=bool)
+    for fold in range(min(INNER_FOLDS, len(sources))):
+        test = mask & (folds == fold)
+        cells = build_cells(r, mask & (folds != fold))
+        rows = np.flatnonzero(test)
+        low, high = log_bands(r, cells, rows, WIDENING_GRID, grid=True)
+        ok = ~np.isnan(low[:, 0])
+        inside[rows[ok]] = (low[ok] <= r.log_ratio[rows[ok], None]) & (r.log_ratio[rows[ok], None] <= high[ok])
+        judged[rows[ok]] = True
+    widening = {}
+    for phase in sorted(set(r.phases[mask])):
+        rows = judged & (r.phases == phase)
+        coverage = inside[rows].mean(axis=0) if rows.any() else np.ones(len(WIDENING_GRID))
+        reached = np.flatnonzero(coverage >= TARGET_COVERAGE)
+        widening[str(phase)] = float(WIDENING_GRID[reached[0] if len(reached) else -1])
+    return widening
+
+
+@dataclass
+class HeldOutBands:
+    """Every row's 80% band built without its own source: what coverage and width are judged on."""
+
+    low: np.ndarray            # ratio measured / predicted speed at the band's ends (NaN: no band)
+    high: np.ndarray
+    inside: np.ndarray
+
+
+def held_out_bands(r: Residuals) -> HeldOutBands:
+    """For each source, a table and per-phase k from the other sources only; its rows judged against them."""
+    n = len(r.log_ratio)
+    low, high = np.full(n, np.nan), np.full(n, np.nan)
+    finite = np.isfinite(r.log_ratio)
+    for source in sorted(set(r.sources[finite])):
+        train, rows = finite & (r.sources != source), np.flatnonzero(finite & (r.sources == source))
+        widening = choose_widening(r, train)
+        k = np.array([widening.get(str(p), WIDENING_GRID[-1]) for p in r.phases[rows]])
+        low[rows], high[rows] = log_bands(r, build_cells(r, train), rows, k)
+    inside = (low <= r.log_ratio) & (r.log_ratio <= high)
+    return HeldOutBands(np.exp(low), np.exp(high), inside)
+
+
+def shipped_table(r: Residuals) -> dict:
+    """The table every estimate reads: cells from all held-out residuals, k chosen over inner folds."""
+    everything = np.isfinite(r.log_ratio)
+    return {"cells": build_cells(r, everything), "widening_by_phase": choose_widening(r, everything),
+            "prior_rows": PRIOR_ROWS, "levels": list(LEVELS)}

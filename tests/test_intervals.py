@@ -1,0 +1,84 @@
+"""Prediction intervals: hierarchical shrinkage by hand, physics caps, and the mechanisms the fit gained."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from estimator import estimate, sweep
+from estimator.efficiency.defaults import GENERIC_ENGINE, PHYSICAL_LIMIT
+from estimator.evaluation.fixed_batch import effective_rates
+from estimator.evaluation.intervals import band, cell_path, shrunk_quantiles
+from tests.helpers import run
+
+
+def test_a_sparse_cell_leans_on_its_parent():
+    # regime: q50 = 0; engine: 10 rows at q50 = 0.4; engine on a group: 2 rows at q50 = 1.0
+    cells = {"decode_b1": [-0.2, 0.0, 0.2, 100], "decode_b1|vLLM": [0.2, 0.4, 0.6, 10],
+             "decode_b1|vLLM|desktop": [0.8, 1.0, 1.2, 2]}
+    q = shrunk_quantiles(cells, cell_path("decode_b1", "vLLM", "desktop", "cuda"), prior_rows=10)
+    # engine: (10 x 0.4 + 10 x 0.0) / 20 = 0.2; group: (2 x 1.0 + 10 x 0.2) / 12 = 1/3; no backend cell
+    assert math.isclose(q[1], 1 / 3)
+    assert math.isclose(q[0], (2 * 0.8 + 10 * 0.0) / 12)    # engine level: (10 x 0.2 + 10 x -0.2) / 20 = 0
+    assert shrunk_quantiles(cells, cell_path("prefill", "vLLM", "desktop", "cuda"), 10) is None
+
+
+def test_band_widens_around_the_median_in_log_space():
+    low, high = band(np.log([0.8, 1.0, 1.5]), widening=2.0)
+    assert math.isclose(low, 0.8 ** 2) and math.isclose(high, 1.5 ** 2)
+
+
+MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "qwen3-30b-a3b", "gemma-2-9b", "qwen2.5-0.5b"]
+DEVICES = ["h100", "a100 sxm4 80gb", "rtx 4090", "rtx 3090", "apple m2 ultra (76-core gpu)", "mi300x", "l40s"]
+ENGINES = ["generic", "vLLM", "llama.cpp", "TensorRT-LLM", "sglang"]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(MODELS), st.sampled_from(DEVICES), st.sampled_from(["bf16", "fp8", "Q4_K_M", "int4-awq"]),
+       st.sampled_from(ENGINES), st.sampled_from([1, 8, 64]), st.sampled_from([128, 2048, 8192]))
+def test_no_interval_beats_the_physical_roofline(model, device, fmt, engine, batch, prompt):
+    e = estimate(model, device, weight_format=fmt, engine=engine, batch=batch, prompt_tokens=prompt,
+                 output_tokens=128, calibration="none")
+    limit = sweep([model], [device], [fmt], batches=[batch], prompt_tokens=[prompt], output_tokens=[128],
+                  physical_limit=True, detail=True).row(0)
+    r = e.results
+    assert "decode_tps_per_seq_high" in r and "ttft_s_low" in r
+    for speed in ("decode_tps_per_seq", "decode_tps_total", "prefill_tps", "throughput_out_tps"):
+        if f"{speed}_high" in r:
+            assert r[f"{speed}_high"] <= limit[speed] * (1 + 1e-9)
+            assert r[speed] <= limit[speed] * (1 + 1e-9)        # the estimate itself never beats physics
+    for time in ("ttft_s", "itl_s", "e2e_latency_s"):
+        if f"{time}_low" in r:
+            assert r[f"{time}_low"] >= limit[time] * (1 - 1e-9)
+
+
+def test_fp16_accumulation_doubles_compute_only_on_geforce(db):
+    llama_cpp = GENERIC_ENGINE.model_copy(update={"fp16_accumulate": True})
+    for name, expected in (("rtx 4090", 2.0), ("rtx 6000 ada", 1.0), ("h100", 1.0)):
+        ratio = [run(db.models.get("llama-3.1-8b"), db.hardware.get(name), B=1, T=4096, O=2, ideal=False,
+                     engine=e)["prefill_tps"] for e in (GENERIC_ENGINE, llama_cpp)]
+        # prefill of a 4k prompt is compute-bound: its speed follows the compute rate
+        assert math.isclose(ratio[1] / ratio[0], expected, rel_tol=0.02), name
+
+
+def test_dequantizing_kernels_have_their_own_group_factor():
+    engine = GENERIC_ENGINE.model_copy(update={"bandwidth_scale_by_group": {"desktop": 1.2},
+                                               "dequant_scale_by_group": {"desktop": 0.5}})
+    hw = {"bandwidth_bytes_per_s": np.array([1e12]), "device_bandwidth_eff": np.array([1.0]),
+          "device_compute_eff": np.array([1.0]), "device_class_code": np.array([2]),
+          "attention_flops_per_s": np.array([1e14]), "fp16_accumulate_speedup": np.array([1.0])}
+    from estimator.efficiency.defaults import CLASS_ORDER
+    hw["device_class_code"] = np.array([CLASS_ORDER.index("consumer_gpu")])
+    for dequantizes, scale, family in ((False, 1.2, "native"), (True, 0.5, "gguf")):
+        f = {"engine_bandwidth_eff": np.array([engine.bandwidth_eff[family]]), "dequantizes": np.array([dequantizes])}
+        rates = effective_rates(hw, f, np.array([1e14]), engine)
+        assert math.isclose(rates["weight_bytes_per_s"][0], 1e12 * scale * engine.bandwidth_eff[family])
+        assert math.isclose(rates["kv_bytes_per_s"][0], 1e12 * 1.2 * engine.kv_bandwidth_eff)
+
+
+def test_the_physical_limit_has_no_losses():
+    assert set(PHYSICAL_LIMIT.bandwidth_eff.values()) == {1.0}
+    assert PHYSICAL_LIMIT.per_step_s == PHYSICAL_LIMIT.per_layer_s == PHYSICAL_LIMIT.allreduce_latency_s == 0
