@@ -10,6 +10,7 @@ traceback); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import traceback
@@ -29,8 +30,15 @@ from estimator.evaluation.api import estimate, speculative_speedup_grid
 from estimator.formatting import to_json
 from estimator.planning import disaggregation as disagg
 from estimator.reporting import catalog
-from estimator.reporting.estimate_text import format_disaggregation, format_estimate, format_speculation
+from estimator.reporting.estimate_text import (
+    format_disaggregation,
+    format_estimate,
+    format_speculation,
+    local_sections,
+)
 from estimator.reporting.explain import explain
+from estimator.reporting.measured import measured_rows
+from estimator.reporting.verify import verify_commands
 from estimator.specs.database import load_database
 from estimator.validation import predict
 
@@ -151,9 +159,12 @@ def run(args: argparse.Namespace) -> str:
         return _disaggregation(args, db)
     if args.command == "estimate":
         e = estimate(**_estimate_kwargs(args), db=db)
-        return to_json(e.to_dict()) if args.json else format_estimate(e)
+        measured, commands = measured_rows(e), verify_commands(e)
+        if args.json:
+            return to_json({**e.to_dict(), "measured": measured, "verify_command": commands})
+        return format_estimate(e, measured, commands)
     if args.command == "explain":
-        return explain(_estimate_kwargs(args), db=db, as_json=args.json)
+        return _explain(args, db)
     if args.command == "report":
         from estimator.reporting.procurement import write_report
         return write_report(args.plan_file, args.out, args.format, force=args.force, db=db)
@@ -226,6 +237,16 @@ def _plan(args: argparse.Namespace, db) -> str:
     from estimator.reporting.plan_text import format_plan
     result = plan(plan_from_args(args), db=db)
     return to_json(result.to_dict()) if args.json else format_plan(result)
+
+
+def _explain(args: argparse.Namespace, db) -> str:
+    """`roofline explain`, with the measured rows and the commands to verify it, as for an estimate."""
+    text = explain(_estimate_kwargs(args), db=db, as_json=args.json)
+    e = estimate(**_estimate_kwargs(args), db=db)
+    measured, commands = measured_rows(e), verify_commands(e)
+    if args.json:
+        return to_json({**json.loads(text), "measured": measured, "verify_command": commands})
+    return "\n".join([text, *local_sections(measured, commands)])
 
 
 def _validate(args: argparse.Namespace, db) -> str:

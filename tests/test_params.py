@@ -47,7 +47,9 @@ def test_every_model_has_a_published_count(db):
     assert len(_published(db)) == len(db.models)
 
 
-@pytest.mark.parametrize("name", [m.name for m in load_database().models])
+# A model with unmodelled mechanisms (ModelSpec.unmodelled_mechanisms) has shapes that leave out parameters;
+# roofline check shows its comparison as unchecked.
+@pytest.mark.parametrize("name", [m.name for m in load_database().models if m.published_params_checked])
 def test_counts_match_published_within_two_percent(db, name):
     spec = db.models.get(name)
     counts, published = count_params(spec), spec.published_params

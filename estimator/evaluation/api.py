@@ -119,7 +119,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     [165, 389]
     """
     db = db or load_database()
-    model_specs = [resolve_model(m, db) for m in models]
+    model_specs = [resolve_model(m, db).require_modelled() for m in models]   # refuse mechanisms not modelled
     devices = [resolve_hardware(g, db) for g in gpus]
     profile_engine = resolve_engine(engine)
     fmts = [profile_engine.runs(resolve_weight_format(f)) for f in weight_formats]
@@ -150,7 +150,9 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         cpu = resolve_hardware(serving.host_cpu, db)
         host_peaks, _ = compute_peak_table(fmts, [cpu])
         host = effective_rates(hardware_columns([cpu]), f_columns, values_on_axis(host_peaks[:, 0], 2), parameters)
-    draft = None if serving.draft_model is None else model_columns([resolve_model(serving.draft_model, db)])
+    draft = None
+    if serving.draft_model is not None:
+        draft = model_columns([resolve_model(serving.draft_model, db).require_modelled()])
     hw_columns = hardware_columns(devices, physical_limit)
     for i, device in enumerate(devices):
         profile = None if physical_limit else (calibrations or {}).get(device.name)

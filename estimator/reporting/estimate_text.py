@@ -13,6 +13,8 @@ from typing import Iterable
 from estimator.evaluation.api import Estimate
 from estimator.evaluation.columns import FALLBACK_LINK_BYTES_PER_S
 from estimator.formatting import NOT_AVAILABLE, gigabytes, rate, seconds, table
+from estimator.reporting.measured import format_measured
+from estimator.reporting.verify import format_verify
 from estimator.units import GB, TB, TFLOPS
 
 DEFINITIONS = (
@@ -78,8 +80,9 @@ def _layout_text(layout) -> str:
     return ", ".join(parts)
 
 
-def format_estimate(e: Estimate) -> str:
-    """The readable report for one estimate."""
+def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: list[dict] | None = None) -> str:
+    """The readable report for one estimate; with ``measured`` rows (:func:`measured_rows`) and
+    ``verify`` commands (:func:`verify_commands`), their two sections too."""
     r, hw = e.results, e.hardware
     bw, peak = hw.memory_bandwidth_bytes_per_s, hw.peak_flops_per_s(e.compute_dtype)
     batch = r.get("steady_batch", e.batch)
@@ -124,10 +127,21 @@ def format_estimate(e: Estimate) -> str:
                   "", "Where the time goes", table(_time_rows(r), header=("", "prefill", "decode step")),
                   "", f"Bytes per decode step at the mean context ({r['mean_decode_context']:,.0f} tokens)",
                   table(_ledger_rows(r, "decode_bytes", gigabytes))]
-    parts += ["", f"Efficiencies: {e.efficiency_source}.", f"Intervals: {r.get('interval_basis', 'none')}.",
-              "", "Definitions"] + [f"  {d}" for d in DEFINITIONS]
+    parts += ["", f"Efficiencies: {e.efficiency_source}.", f"Intervals: {r.get('interval_basis', 'none')}."]
+    parts += local_sections(measured, verify)
+    parts += ["", "Definitions"] + [f"  {d}" for d in DEFINITIONS]
     parts += [f"warning: {w}" for w in e.warnings]
     return "\n".join(parts)
+
+
+def local_sections(measured: list[dict] | None, verify: list[dict] | None) -> list[str]:
+    """The measured rows beside the estimate, and the commands to measure it here (each when given)."""
+    parts = []
+    if measured is not None:
+        parts += ["", format_measured(measured)]
+    if verify is not None:
+        parts += ["", format_verify(verify)]
+    return parts
 
 
 def _load_text(e: Estimate) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from estimator.errors import DatabaseError, describe_validation_error, read_text
-from estimator.specs.model import MLA, ModelSpec, MoE, Shape
+from estimator.errors import ConfigurationError, DatabaseError, describe_validation_error, read_text
+from estimator.specs.model import MECHANISMS, MLA, ModelSpec, MoE, Shape, unmodelled_message
 
 PLAIN_MLP_TYPES = {"gptj", "gpt_neox", "falcon", "gpt2", "phi", "opt", "bloom", "starcoder2"}
 # transformers' PretrainedConfig ties embeddings by default; these architectures' configs default to untied.
@@ -22,6 +22,20 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3
                      "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "llama4_text", "glm4_moe_lite", "gptj"}
 # Llama 4 MoE layers always add one shared expert as wide as a routed one (no config key says so).
 ALWAYS_ONE_SHARED_EXPERT = {"llama4", "llama4_text"}
+
+# Mechanisms the shapes cannot describe (estimator.specs.model.MECHANISMS): a config that shows one gets a spec
+# that loads but refuses to be estimated. Architectures with linear-attention or state-space layers:
+RECURRENT_STATE_TYPES = {"qwen3_next", "mamba", "mamba2", "falcon_mamba", "jamba", "rwkv", "rwkv5", "rwkv6", "rwkv7",
+                         "recurrent_gemma", "zamba", "zamba2", "bamba", "falcon_h1", "nemotron_h", "lfm2",
+                         "granitemoehybrid"}
+RECURRENT_STATE_KEYS = ("full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
+                        "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+                        "ssm_state_size", "mamba_d_state")
+RECURRENT_LAYER_WORDS = ("linear", "mamba", "recurrent", "ssm", "rwkv", "deltanet")
+SPARSE_ATTENTION_TYPES = {"deepseek_v32"}
+SPARSE_ATTENTION_KEYS = ("index_topk", "index_n_heads", "index_head_dim")   # DeepSeek-V3.2's lightning indexer
+PER_LAYER_EMBEDDING_TYPES = {"gemma3n", "gemma3n_text"}
+PER_LAYER_EMBEDDING_KEYS = ("hidden_size_per_layer_input", "vocab_size_per_layer_input")
 
 
 def _first(cfg: dict, *keys, default=None):
@@ -78,6 +92,41 @@ def _local_layers(cfg: dict, layers: int) -> tuple[int | None, int]:
     return window, layers
 
 
+def unmodelled_mechanisms(cfg: dict) -> list[str]:
+    """Mechanisms a config.json shows that the shapes cannot describe, in MECHANISMS order."""
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    types = {str(c.get("model_type")) for c in (cfg, text)}
+
+    def has(keys) -> bool:
+        return any(c.get(k) not in (None, 0, False, [], "") for c in (cfg, text) for k in keys)
+
+    layer_types = text.get("layer_types") if isinstance(text.get("layer_types"), list) else []
+    recurrent_layer = any(word in str(t).lower() for t in layer_types for word in RECURRENT_LAYER_WORDS)
+    pattern = str(_first(text, "hybrid_override_pattern", default=""))   # Nemotron-H: M = Mamba layer
+    found = {
+        "linear_attention_state": bool(types & RECURRENT_STATE_TYPES) or has(RECURRENT_STATE_KEYS)
+        or recurrent_layer or "M" in pattern,
+        "sparse_attention": bool(types & SPARSE_ATTENTION_TYPES) or has(SPARSE_ATTENTION_KEYS),
+        "per_layer_embeddings": bool(types & PER_LAYER_EMBEDDING_TYPES) or has(PER_LAYER_EMBEDDING_KEYS),
+        "kv_cache_sharing": has(("num_kv_shared_layers",)),
+    }
+    return [m for m in MECHANISMS if found[m]]
+
+
+def _mlp_width(source: str, value):
+    """One dense MLP width; a per-layer list (Gemma 3n) is accepted when every layer has the same width."""
+    if isinstance(value, list):
+        if not value or len(set(map(repr, value))) > 1:
+            raise DatabaseError(f"{source}: intermediate_size differs between layers ({_shown_list(value)}), "
+                                f"which the shapes cannot describe; {NO_SHAPES}")
+        return value[0]
+    return value
+
+
+def _shown_list(value: list) -> str:
+    return ", ".join(map(str, value[:6])) + (", ..." if len(value) > 6 else "")
+
+
 NO_SHAPES = "write a models_db YAML entry instead (see `roofline show model llama-2-7b`)"
 
 
@@ -91,10 +140,28 @@ def _whole(source: str, key: str, value) -> int:
 
 
 def spec_from_config(cfg: dict, name: str, source: str) -> ModelSpec:
-    """Build a spec from a config.json mapping."""
+    """Build a spec from a config.json mapping.
+
+    A config showing a mechanism the shapes cannot describe gives a spec that names it in
+    ``unmodelled_mechanisms`` (estimates refuse it); where its shapes cannot be read at all (a pure
+    Mamba or RWKV config has no attention heads), the error names the mechanism instead of the missing key.
+    """
     text = cfg.get("text_config") or cfg
     if not isinstance(text, dict):
         raise DatabaseError(f"{source}: text_config must be a JSON object, got {type(text).__name__}")
+    mechanisms = unmodelled_mechanisms(cfg)
+    try:
+        shape = _shape(cfg, text, source)
+    except DatabaseError:
+        if not mechanisms:
+            raise
+        raise ConfigurationError(f"{source}: {unmodelled_message(name, mechanisms)}") from None
+    return ModelSpec(name=name, hf_id=name, family=str(text.get("model_type", "unknown")),
+                     config_source=source, shape=shape, unmodelled_mechanisms=mechanisms)
+
+
+def _shape(cfg: dict, text: dict, source: str) -> Shape:
+    """The shapes of a config.json (``text`` is its language model's part), or DatabaseError naming the fault."""
     try:
         hidden = _whole(source, "hidden_size", _first(text, "hidden_size", "n_embd", "d_model"))
         layers = _whole(source, "num_hidden_layers", _first(text, "num_hidden_layers", "n_layer", "num_layers"))
@@ -105,11 +172,11 @@ def spec_from_config(cfg: dict, name: str, source: str) -> ModelSpec:
         head_dim = (mla.qk_nope_head_dim + mla.qk_rope_head_dim) if mla else _first(
             text, "head_dim", default=hidden // heads)
         window, local = _local_layers(text, layers)
-        shape = Shape(
+        return Shape(
             hidden_size=hidden, num_layers=layers, num_attention_heads=heads, num_kv_heads=kv_heads,
             head_dim=head_dim,
-            intermediate_size=_first(text, "intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_dim",
-                                     default=4 * hidden),
+            intermediate_size=_mlp_width(source, _first(
+                text, "intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden)),
             vocab_size=text["vocab_size"],
             tie_word_embeddings=bool(_first(
                 text, "tie_word_embeddings",
@@ -125,8 +192,6 @@ def spec_from_config(cfg: dict, name: str, source: str) -> ModelSpec:
     except (TypeError, ValueError, ZeroDivisionError, AttributeError) as exc:
         raise DatabaseError(f"{source}: cannot read model shapes from this config.json ({exc}); {NO_SHAPES}") \
             from None
-    return ModelSpec(name=name, hf_id=name, family=str(text.get("model_type", "unknown")),
-                     config_source=source, shape=shape)
 
 
 def _no_constant(name: str):

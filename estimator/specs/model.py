@@ -8,8 +8,11 @@ checks them against the published counts.
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from typing import Literal
 
+from pydantic import Field, field_validator, model_validator
+
+from estimator.errors import ConfigurationError
 from estimator.specs.sourced import Frozen
 
 # Bounds far beyond any published model, so that nonsense (a width of 10^30) fails on load rather than
@@ -19,6 +22,30 @@ MAX_LAYERS = 10_000
 MAX_HEADS = 2**16        # attention heads, KV heads, experts
 MAX_VOCAB = 2**24
 MAX_TOKENS = 2**32       # context length, sliding window
+
+
+# Mechanisms a model may need that Shape cannot describe, each explained in words for the refusal message.
+# A spec that names one loads, lists, shows and has its parameters counted, but is not estimated: counting it
+# as a plain transformer would be wrong (ModelSpec.require_modelled).
+Mechanism = Literal["linear_attention_state", "sparse_attention", "per_layer_embeddings", "kv_cache_sharing"]
+MECHANISMS: dict[str, str] = {
+    "linear_attention_state": "linear-attention or state-space layers (such as Gated DeltaNet, Mamba or RWKV) "
+                              "that keep a fixed-size recurrent state per sequence instead of a KV cache",
+    "sparse_attention": "sparse attention (DeepSeek Sparse Attention: a lightning indexer scores every cached token "
+                        "and attention reads only the top-k of them)",
+    "per_layer_embeddings": "per-layer embeddings (a second embedding table that gives every token a vector for "
+                            "each layer and may stay off the accelerator)",
+    "kv_cache_sharing": "KV-cache sharing across layers (later layers reuse the keys and values of earlier ones "
+                        "instead of caching their own)",
+}
+
+
+def unmodelled_message(name: str, mechanisms: list[str]) -> str:
+    """One line: ``name`` uses these mechanisms (in words), which the estimator does not model yet."""
+    words = [MECHANISMS[m] for m in mechanisms]
+    listed = words[0] if len(words) == 1 else "; ".join(words[:-1]) + "; and " + words[-1]
+    return (f"{name} uses {listed}, which the estimator does not model yet; "
+            f"estimating it as a plain transformer would be wrong")
 
 
 class MoE(Frozen):
@@ -108,4 +135,40 @@ class ModelSpec(Frozen):
     config_source: str = Field(min_length=8, description="URL of the config.json the shapes are copied from")
     published_params: PublishedParams | None = None
     shape: Shape
+    unmodelled_mechanisms: list[Mechanism] = Field(
+        default_factory=list,
+        description="mechanisms the model needs that the shapes cannot describe (see MECHANISMS); the entry loads, "
+                    "is listed and shown, but estimating it is refused rather than treated as a plain transformer")
     notes: str | None = None
+
+    @field_validator("unmodelled_mechanisms")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        repeated = sorted({m for m in value if value.count(m) > 1})
+        if repeated:
+            raise ValueError(f"lists {', '.join(repeated)} more than once")
+        return value
+
+    @property
+    def published_params_checked(self) -> bool:
+        """Whether computed counts must match the published ones (roofline check, tests/test_params.py).
+
+        Not for a model with unmodelled mechanisms: its shapes leave out parameters (a per-layer embedding
+        table, linear-attention projections, indexers), so the two need not agree.
+        """
+        return not self.unmodelled_mechanisms
+
+    def unmodelled_message(self) -> str | None:
+        """The refusal, naming each missing mechanism in words; None for a model the estimator can describe."""
+        return unmodelled_message(self.name, self.unmodelled_mechanisms) if self.unmodelled_mechanisms else None
+
+    def require_modelled(self) -> ModelSpec:
+        """This spec, or ConfigurationError when it needs a mechanism the estimator does not model.
+
+        Called where a spec is resolved for an estimate (``estimator.evaluation.api``), so that ``estimate``,
+        ``sweep`` and everything built on them refuse such a model with one line naming the mechanism.
+        """
+        message = self.unmodelled_message()
+        if message is not None:
+            raise ConfigurationError(message)
+        return self

@@ -120,7 +120,7 @@ def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None
     for key in ("model", "hardware", "weight_format"):
         if not _cell(row, key):
             raise ConfigurationError(f"column {key!r} is empty")
-    model = _resolve(lambda n: resolve_model(n, db), _cell(row, "model"))
+    model = _resolve(lambda n: resolve_model(n, db), _cell(row, "model")).require_modelled()
     fmt = _resolve(weight_format, _cell(row, "weight_format"))
     devices = _int(row, "n_gpus", 1, minimum=1)
     if engine is not None and engine.multi_gpu == "layers":

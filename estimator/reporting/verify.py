@@ -1,0 +1,141 @@
+"""The commands that measure what an estimate predicts, on the user's own machine.
+
+Pure functions of the estimate's inputs (:meth:`Estimate.to_dict` plus the device's vendor and
+class): no file is read and nothing is run. The tool follows the engine and the device:
+
+- llama.cpp (engine llama.cpp, or a GGUF weight format such as Q4_K_M): ``llama-bench`` (llama.cpp's
+  README for the tool: ``-p`` prompt tokens, ``-n`` generated tokens, ``-b`` logical batch size,
+  i.e. prompt tokens per step, default 2048, ``-ngl`` layers on the GPU, ``-fa`` flash attention).
+  It times one sequence; for a batch above 1, ``llama-batched-bench`` (``-npp`` prompt tokens,
+  ``-ntg`` generated tokens, ``-npl`` parallel sequences, ``-c`` context) as well.
+- vLLM (vLLM, SGLang, TensorRT-LLM or the generic engine on an NVIDIA or AMD device): ``vllm bench
+  latency`` for a static batch, ``vllm bench serve`` with random prompts against ``vllm serve``
+  under a concurrency or a request rate (vLLM's benchmark CLI docs).
+- MLX (Apple devices): ``mlx_lm.benchmark`` (mlx-lm's benchmark.py: ``--model``, ``-p`` prompt
+  tokens, ``-g`` generation tokens, ``-b`` batch size).
+- Always: ``roofline validate --local``, which times a random-weight model in torch here.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from estimator.evaluation.api import Estimate
+
+GPU_VENDORS = ("NVIDIA", "AMD")
+SERVING_ENGINES = ("vllm", "sglang", "tensorrt-llm", "generic")
+LLAMA_BENCH_BATCH = 2048   # llama-bench's default logical batch (-b)
+
+
+def _q(text) -> str:
+    return shlex.quote(str(text))
+
+
+def inputs_of(e: Estimate) -> dict:
+    """The inputs the commands depend on: the estimate's, and its device's vendor and class."""
+    d = e.to_dict()
+    return {**{k: d[k] for k in ("model", "hf_id", "hardware", "n_gpus", "tp", "pp", "engine", "weight_format",
+                                 "kv_format", "batch", "prompt_tokens", "output_tokens", "concurrency", "rate",
+                                 "attention", "gpu_layers", "chunked_prefill")},
+            "vendor": e.hardware.vendor, "device_class": e.hardware.device_class.value,
+            "gguf": e.weight_format.dequant == "gguf", "num_layers": e.model.shape.num_layers}
+
+
+def tool_for(i: dict) -> str | None:
+    """llama.cpp, vllm, mlx, or None when none of them fits the engine and device."""
+    engine = str(i["engine"]).split("@")[0].lower()
+    if i.get("gguf") or engine == "llama.cpp":
+        return "llama.cpp"
+    if i["vendor"] == "Apple" or engine == "mlx":
+        return "mlx"
+    if engine in SERVING_ENGINES and i["vendor"] in GPU_VENDORS and i["device_class"] != "cpu":
+        return "vllm"
+    return None
+
+
+def llama_cpp(i: dict) -> list[dict]:
+    ngl = 0 if i["device_class"] == "cpu" else (i["gpu_layers"] if i["gpu_layers"] is not None else 99)
+    model = _q(f"{i['model']}-{i['weight_format']}.gguf")
+    ubatch = i["chunked_prefill"] or LLAMA_BENCH_BATCH
+    out = [{"tool": "llama-bench", "command":
+            f"llama-bench -m {model} -p {i['prompt_tokens']} -n {i['output_tokens']} -b {ubatch} -ngl {ngl}"
+            f" -fa {1 if i['attention'] == 'fused' else 0}"}]
+    sequences = i["concurrency"] or i["batch"]
+    if sequences > 1 or i["rate"]:
+        # llama-bench decodes one sequence; batched-bench decodes -npl of them together. Its -fa flag
+        # changed form across builds (a switch, then on/off/auto), so it is left to the build's default.
+        context = sequences * (i["prompt_tokens"] + i["output_tokens"])
+        out.append({"tool": "llama-batched-bench", "command":
+                    f"llama-batched-bench -m {model} -c {context} -b {ubatch} -npp {i['prompt_tokens']} "
+                    f"-ntg {i['output_tokens']} -npl {sequences} -ngl {ngl}"})
+    return out
+
+
+def _vllm_engine_args(i: dict) -> str:
+    args = ""
+    if i["tp"] > 1:
+        args += f" --tensor-parallel-size {i['tp']}"
+    if i["pp"] > 1:
+        args += f" --pipeline-parallel-size {i['pp']}"
+    if str(i["weight_format"]).lower() == "fp8":
+        args += " --quantization fp8"       # online fp8 of a 16-bit checkpoint
+    if str(i["kv_format"]).lower().startswith("fp8"):
+        args += " --kv-cache-dtype fp8"
+    return args
+
+
+def vllm(i: dict) -> list[dict]:
+    model, engine_args = _q(i["hf_id"] or i["model"]), _vllm_engine_args(i)
+    if not (i["concurrency"] or i["rate"]):
+        return [{"tool": "vLLM", "command":
+                 f"vllm bench latency --model {model} --input-len {i['prompt_tokens']} "
+                 f"--output-len {i['output_tokens']} --batch-size {i['batch']}{engine_args}"}]
+    load = f"--max-concurrency {i['concurrency']}" if i["concurrency"] else f"--request-rate {i['rate']:g}"
+    return [{"tool": "vLLM server", "command": f"vllm serve {model}{engine_args}"},
+            {"tool": "vLLM", "command":
+             f"vllm bench serve --model {model} --dataset-name random --random-input-len {i['prompt_tokens']} "
+             f"--random-output-len {i['output_tokens']} {load} --ignore-eos"}]
+
+
+def mlx(i: dict) -> list[dict]:
+    model = _q(i["hf_id"] or i["model"])
+    out = []
+    bits = re.match(r"mlx-q(\d)", str(i["weight_format"]).lower())
+    if bits:
+        # mlx_lm.benchmark loads the checkpoint as stored: quantize a copy first (mlx_lm.convert's
+        # default group size; the format's own group size is not in its resolved name)
+        path = _q(f"{i['model']}-{i['weight_format']}")
+        out.append({"tool": "mlx-lm convert", "command":
+                    f"mlx_lm.convert --hf-path {model} --mlx-path {path} -q --q-bits {bits.group(1)}"})
+        model = path
+    out.append({"tool": "MLX", "command": f"mlx_lm.benchmark --model {model} -p {i['prompt_tokens']} "
+                                          f"-g {i['output_tokens']} -b {i['concurrency'] or i['batch']}"})
+    return out
+
+
+def roofline_local(i: dict) -> dict:
+    device = ("mps" if i["vendor"] == "Apple" else "cuda" if i["vendor"] in GPU_VENDORS and
+              i["device_class"] != "cpu" else "cpu")
+    output = f" --output {i['output_tokens']}" if i["output_tokens"] >= 2 else ""
+    return {"tool": "roofline", "command":
+            f"roofline validate --local --device {device} --model {_q(i['hf_id'] or i['model'])} "
+            f"--batch {i['concurrency'] or i['batch']} --prompt {i['prompt_tokens']}{output}"}
+
+
+def commands_for(i: dict) -> list[dict]:
+    """{tool, command} for each command that measures these inputs, the engine's tool first."""
+    tool = tool_for(i)
+    engine = {"llama.cpp": llama_cpp, "vllm": vllm, "mlx": mlx}[tool](i) if tool else []
+    return engine + [roofline_local(i)]
+
+
+def verify_commands(e: Estimate) -> list[dict]:
+    return commands_for(inputs_of(e))
+
+
+def format_verify(commands: list[dict]) -> str:
+    lines = ["Verify it yourself (measures the same configuration on this machine)"]
+    lines += [f"  {c['tool']}: {c['command']}" for c in commands]
+    return "\n".join(lines)
+
