@@ -12,6 +12,9 @@ from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults
 from estimator.evaluation.fixed_batch import DEFAULT_SERVING, results_at_batch
 from estimator.serving.continuous_batching import max_sustainable_rate, steady_state
 
+# Latency percentiles under a load, from estimator.serving.percentiles.
+PERCENTILE_COLUMNS = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_p99_s")
+
 
 def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=None,
              engine: EngineDefaults = GENERIC_ENGINE, host=None, draft=None) -> dict[str, np.ndarray]:
@@ -57,4 +60,6 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
                                          np.maximum(one["max_batch"], 1)),
     })
     out["tpot_inclusive_s"] = out["e2e_latency_s"] / np.asarray(O, dtype=float)
+    # percentiles of the queueing model (docs/formulas.md §14); NaN (null) when saturated
+    out.update({k: np.where(state["saturated"], np.nan, state[k]) for k in PERCENTILE_COLUMNS})
     return out

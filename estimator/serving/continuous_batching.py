@@ -20,6 +20,8 @@ joins the running decode batch for its O − 1 remaining tokens. In steady state
 - Open loop, prompts queue for prefill as in an M/D/1 queue with utilisation
   u = X · t_pf: wait = u · t_pf / (2 (1 − u)), plus half a decode step to reach a
   step boundary. Closed loop, the queue is solved by mean-value analysis.
+- Percentiles of TTFT, ITL and E2E come from the distributions behind these means
+  (:mod:`estimator.serving.percentiles`).
 
 The fixed point is found by damped iteration. A steady state cannot exist when
 u ≥ 1 (prompts arrive faster than they can be prefilled) or when the decode
@@ -32,6 +34,8 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+
+from estimator.serving.percentiles import serving_percentiles
 
 ITERATIONS = 40
 DAMPING = 0.5
@@ -47,7 +51,7 @@ def _step_time(itl, X, prefill_s, prompt_tokens, chunk_free, t_mix):
 
 
 def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, concurrency, rate, max_batch,
-                 chunk_tokens=0.0) -> dict:
+                 chunk_tokens=0.0, prefill_scv=0.0) -> dict:
     """Steady-state decode batch, latencies and throughput under load.
 
     Parameters
@@ -62,6 +66,9 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
         Largest batch whose KV cache fits.
     chunk_tokens : array
         Token budget per step for chunked prefill; 0 prefills whole prompts.
+    prefill_scv : array
+        Squared coefficient of variation of the prefill time (0 while every request has the
+        same lengths); it widens the queue's tail (:mod:`estimator.serving.percentiles`).
 
     Notes
     -----
@@ -96,7 +103,11 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
     ttft = np.where(closed, response - prefill_s + service + finite_step / 2,
                     _ttft(prefill_s, prompt_tokens, chunk_free, t_mix, finite_step, X))
     saturated = np.where(closed, C > max_batch, ~np.isfinite(t_step) | (N > max_batch))
-    return {"steady_batch": N, "itl_s": t_step, "ttft_s": ttft, "request_rate": X, "saturated": saturated}
+    percentiles = serving_percentiles(closed, in_flight, X, prefill_s, service, itl, t_step, steps, prompt_tokens,
+                                      chunk_free, t_mix, response - prefill_s, prefill_scv)
+    percentiles = {k: np.where(saturated, np.nan, v) for k, v in percentiles.items()}
+    return {"steady_batch": N, "itl_s": t_step, "ttft_s": ttft, "request_rate": X, "saturated": saturated,
+            **percentiles}
 
 
 def _service(prefill_s, prompt_tokens, chunk_free, t_mix):
