@@ -16,7 +16,9 @@ from estimator.efficiency.engine_profiles import EngineProfile
 from estimator.efficiency.engine_profiles import engine as engine_profile
 from estimator.evaluation.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
 from estimator.evaluation.compute import compute_results
+from estimator.evaluation.fixed_batch import effective_rates
 from estimator.serving.workload import Layout, ServingOptions, check_workload
+from estimator.specs.database import load_database
 from estimator.specs.formats import KVFormat, WeightFormat
 from estimator.specs.hardware import Hardware
 from estimator.specs.model import ModelSpec
@@ -84,7 +86,12 @@ class ConfigurationColumns:
     def results(self, serving: ServingOptions, parameters: EngineDefaults,
                 batch: np.ndarray | None = None) -> dict[str, np.ndarray]:
         f = {k: v[self.format_index] for k, v in format_columns(self.formats, parameters).items()}
-        return compute_results(m=self.m, hw=self.hw, f=f, kv=self.kv,
+        host = None
+        if serving.cpu_moe != 0:   # experts on the host CPU: its rates with this engine and format, as in sweep()
+            cpu = load_database().hardware.get(serving.host_cpu)
+            host_peaks, _ = compute_peak_table(self.formats, [cpu])
+            host = effective_rates(hardware_columns([cpu]), f, host_peaks[self.format_index, 0], parameters)
+        return compute_results(m=self.m, hw=self.hw, f=f, kv=self.kv, host=host,
                                peak_linear_flops_per_s=self.peak_linear_flops_per_s,
                                B=self.batch if batch is None else batch, T=self.prompt_tokens, O=self.output_tokens,
                                layout=self.layout, serving=serving.columns(), engine=parameters)

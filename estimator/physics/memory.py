@@ -4,7 +4,8 @@ required = weights / N + KV cache + activation workspace + runtime reserve
 available = capacity × usable fraction
 
 - Weights count **all** parameters, every expert included (llmfit #230 counted
-  active parameters and recommended models that do not fit).
+  active parameters and recommended models that do not fit), except the experts
+  kept in host memory (``host_weight_bytes``; llama.cpp ``--n-cpu-moe``).
 - The KV cache is allocated for the whole context (prompt + output) of every
   sequence, in paged blocks or contiguously (:mod:`estimator.physics.kvcache`); a cached
   prefix is stored once; sliding-window layers keep at most W tokens.
@@ -51,18 +52,21 @@ def activation_workspace_bytes(m, B, T, fused_attention):
     return matmul_outputs + scores + np.minimum(B, sequences) * m["vocab"] * LOGIT_BYTES
 
 
-def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv_share=1.0, draft=None):
+def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv_share=1.0, draft=None,
+               host_weight_bytes=0.0):
     """Per-device footprint of one replica of tp × pp devices serving B sequences, and its largest batch.
 
     ``serving`` holds ``paged``, ``block_tokens``, ``prefix_tokens`` and ``fused_attention``
     (:mod:`estimator.physics.kvcache`); a cached prefix is stored once per replica. ``weight_share`` and
     ``kv_share`` are the parts kept on the device when the rest is offloaded (:mod:`estimator.physics.offload`).
     A speculative ``draft`` model (columns) keeps its weights and its own KV cache on the device too.
+    ``host_weight_bytes`` (per device) are weights held in host memory instead, such as MoE experts run
+    or copied from the host (llama.cpp ``--n-cpu-moe``, docs/formulas.md §8): the device does not hold them.
     """
     n = np.asarray(tp, dtype=float) * pp
     paged, block, prefix = serving["paged"], serving["block_tokens"], serving["prefix_tokens"]
     fused_attention = serving["fused_attention"]
-    weights = weight_bytes_stored(m, f) / n * weight_share
+    weights = weight_bytes_stored(m, f) / n * weight_share - host_weight_bytes
     own_slots = allocated_tokens(T + O - prefix, paged, block, m["max_context"])
     shared = kv_cache_bytes_per_sequence(m, kv_bits, allocated_tokens(prefix, paged, block, m["max_context"]), tp) / n
     kv_per_seq = kv_cache_bytes_per_sequence(m, kv_bits, own_slots, tp) / n * kv_share

@@ -7,12 +7,13 @@ formulas). Impossible combinations are rejected here, with what would work.
 
 from __future__ import annotations
 
-from typing import Iterable, Literal
+from typing import Annotated, Iterable, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from estimator.errors import ConfigurationError, describe_validation_error
-from estimator.physics.offload import OFFLOAD_MODES
+from estimator.physics.offload import DEFAULT_UBATCH_TOKENS, OFFLOAD_MODES
 from estimator.specs.model import ModelSpec
 
 # The host CPU assumed for partial offload unless told otherwise: a current desktop CPU
@@ -121,7 +122,13 @@ class ServingOptions(BaseModel):
         default="none", description="auto: weights that do not fit stay in host memory and stream over the host link")
     gpu_layers: int | None = Field(
         default=None, ge=0, description="llama.cpp-style partial offload: layers on the device, the rest on the host CPU")
-    host_cpu: str = Field(default=DEFAULT_HOST_CPU, description="host CPU that runs offloaded layers")
+    host_cpu: str = Field(default=DEFAULT_HOST_CPU, description="host CPU that runs offloaded layers or experts")
+    cpu_moe: Annotated[int, Field(ge=0)] | Literal["all"] = Field(
+        default=0, description="llama.cpp --n-cpu-moe N / --cpu-moe: the routed experts of the first N MoE layers "
+                               "('all': every MoE layer) stay in host memory and run on the host CPU")
+    ubatch_tokens: int = Field(default=DEFAULT_UBATCH_TOKENS, ge=1,
+                               description="llama.cpp micro-batch (-ub, n_ubatch): host-resident experts cross the "
+                                           "host link once per micro-batch of prompt tokens")
     draft_model: str | None = Field(default=None, description="speculative decoding: draft model name")
     draft_tokens: int = Field(default=0, ge=0, le=64, description="speculative decoding: tokens drafted per step (γ)")
     acceptance: float = Field(default=0.7, ge=0, le=1, description="per-token acceptance rate of drafts (α)")
@@ -137,12 +144,19 @@ class ServingOptions(BaseModel):
     def under_load(self) -> bool:
         return bool(self.concurrency or self.rate)
 
+    @property
+    def uses_host_cpu(self) -> bool:
+        """Whether the host CPU computes part of the model (partial offload by layers, or experts on the host)."""
+        return self.gpu_layers is not None or self.cpu_moe != 0
+
     def columns(self) -> dict:
         """The arrays :func:`estimator.evaluation.compute.compute_results` reads."""
         mode = OFFLOAD_MODES["layers"] if self.gpu_layers is not None else OFFLOAD_MODES[self.offload]
         return {"paged": self.kv_alloc == "paged", "block_tokens": float(self.kv_block_tokens),
                 "prefix_tokens": float(self.prefix_tokens), "fused_attention": self.attention == "fused",
-                "offload": mode, "gpu_layers": float(self.gpu_layers or 0), "spec_tokens": self.draft_tokens,
+                "offload": mode, "gpu_layers": float(self.gpu_layers or 0),
+                "cpu_moe": np.inf if self.cpu_moe == "all" else float(self.cpu_moe),
+                "ubatch_tokens": float(self.ubatch_tokens), "spec_tokens": self.draft_tokens,
                 "acceptance": self.acceptance, "draft_cost": self.draft_cost,
                 "concurrency": float(self.concurrency), "rate": self.rate, "chunk_tokens": float(self.chunked_prefill)}
 
@@ -167,9 +181,29 @@ class ServingOptions(BaseModel):
             too_many = [m.name for m in models if self.gpu_layers > m.shape.num_layers]
             if too_many:
                 raise ConfigurationError(f"--gpu-layers {self.gpu_layers} exceeds the layer count of {too_many}")
+        if self.cpu_moe != 0:
+            self._check_cpu_moe(list(models), list(layouts))
         if self.prefix_tokens and self.kv_alloc != "paged":
             raise ConfigurationError("prefix caching shares paged KV blocks; use --kv-alloc paged with --prefix-tokens")
         short = [p for p in prompts if p <= self.prefix_tokens]
         if short:
             raise ConfigurationError(
                 f"the cached prefix ({self.prefix_tokens} tokens) must be shorter than the prompt; got prompts {short}")
+
+    def _check_cpu_moe(self, models: list[ModelSpec], layouts: list[Layout]) -> None:
+        """Experts on the host CPU: one device, an MoE model, and no other kind of offload."""
+        if self.gpu_layers is not None or self.offload != "none":
+            raise ConfigurationError("--cpu-moe / --n-cpu-moe keep every layer on the GPU but the experts; combining "
+                                     "them with --gpu-layers or --offload auto is not modelled: give one of them")
+        if any(x.tp * x.pp > 1 for x in layouts):
+            raise ConfigurationError("--cpu-moe / --n-cpu-moe split one device's model with the host CPU; use --gpus 1")
+        dense = [m.name for m in models if m.shape.moe is None]
+        if dense:
+            raise ConfigurationError(f"--cpu-moe / --n-cpu-moe keep MoE experts on the host, but {dense} are dense "
+                                     "models; use --gpu-layers N to run layers on the host CPU")
+        if self.cpu_moe != "all":
+            too_many = [f"{m.name} ({m.shape.num_layers - m.shape.moe.num_dense_layers})" for m in models
+                        if self.cpu_moe > m.shape.num_layers - m.shape.moe.num_dense_layers]
+            if too_many:
+                raise ConfigurationError(f"--n-cpu-moe {self.cpu_moe} exceeds the MoE layers of {', '.join(too_many)}; "
+                                         "use --cpu-moe for all of them")

@@ -9,12 +9,14 @@ PyTorch and inference kernels use (docs/formulas.md §4, §12.5).
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from estimator.errors import ConfigurationError
 from estimator.specs.sourced import Frozen, Quantity
-from estimator.units import BITS_PER_BYTE
+from estimator.units import BITS_PER_BYTE, UNIT_DIMENSIONS, UNIT_FACTORS, GiB, to_base
 
 # Data types a peak throughput may be given for, narrowest last.
 COMPUTE_DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "fp6", "fp4", "int4")
@@ -48,18 +50,65 @@ class MemoryType(str, Enum):
     unknown = "unknown"   # only for devices built from a calibration profile
 
 
+class MemoryOptions(Frozen):
+    """The memory capacities one device is sold with, smallest first, from one source.
+
+    Like a :class:`Quantity` (value, unit, source, note), with a list of values:
+    ``{value: [48, 64, 128], unit: GiB, source: ..., note: ...}``.
+    """
+
+    value: list[float] = Field(min_length=2, description="capacities sold, ascending; a single size is just capacity")
+    unit: str
+    source: str = Field(min_length=8, description="URL (or document and page) the sizes are taken from")
+    note: str | None = Field(default=None, description="which configurations, and how the sizes were verified")
+
+    @field_validator("unit")
+    @classmethod
+    def _bytes_unit(cls, unit: str) -> str:
+        if UNIT_DIMENSIONS.get(unit) != "bytes":
+            raise ValueError(f"unit {unit!r} is not a bytes unit; use one of: "
+                             f"{', '.join(u for u in UNIT_FACTORS if UNIT_DIMENSIONS[u] == 'bytes')}")
+        return unit
+
+    @field_validator("value")
+    @classmethod
+    def _ascending(cls, value: list[float]) -> list[float]:
+        if any(v <= 0 for v in value):
+            raise ValueError(f"every size must be greater than 0, got {value}")
+        if any(b <= a for a, b in zip(value, value[1:])):
+            raise ValueError(f"sizes must be distinct and ascending, got {value}")
+        return value
+
+    @property
+    def base(self) -> tuple[float, ...]:
+        """The sizes in bytes."""
+        return tuple(to_base(v, self.unit) for v in self.value)
+
+
+def _sizes_text(sizes_gib) -> str:
+    """'48, 64 or 128 GiB'."""
+    shown = [f"{s:g}" for s in sizes_gib]
+    return (f"{', '.join(shown[:-1])} or {shown[-1]}" if len(shown) > 1 else shown[0]) + " GiB"
+
+
 class Memory(Frozen):
     """Main memory of one device (for a CPU: one socket)."""
 
     type: MemoryType
-    capacity: Quantity
+    capacity: Quantity = Field(description="the largest size sold, where memory.options lists several")
     bandwidth: Quantity = Field(description="peak, per device")
     bus_width: Quantity | None = Field(default=None, description="bits")
     data_rate: Quantity | None = Field(default=None, description="per pin, Gbps or MT/s")
+    options: MemoryOptions | None = Field(default=None, description="every capacity sold (Apple chips); the "
+                                          "estimate assumes the largest unless one is chosen (--memory-gib)")
 
     @model_validator(mode="after")
     def _units_and_consistency(self) -> "Memory":
         self.capacity.require("bytes", "memory.capacity", positive=True)
+        if self.options is not None and not math.isclose(self.options.base[-1], self.capacity.base, rel_tol=1e-9):
+            raise ValueError(f"memory.capacity: {self.capacity.value:g} {self.capacity.unit} is not the largest of "
+                             f"memory.options ({_sizes_text(b / GiB for b in self.options.base)}); the capacity "
+                             "is the largest size sold")
         self.bandwidth.require("bytes_per_s", "memory.bandwidth", positive=True)
         if self.bus_width is not None:
             self.bus_width.require("bits", "memory.bus_width")
@@ -136,6 +185,35 @@ class Hardware(Frozen):
     @property
     def memory_capacity_bytes(self) -> float:
         return self.memory.capacity.base
+
+    @property
+    def memory_options_gib(self) -> tuple[float, ...] | None:
+        """The capacities this device is sold with (GiB, ascending), or None when its entry records one size."""
+        options = self.memory.options
+        return None if options is None else tuple(b / GiB for b in options.base)
+
+    def with_memory_gib(self, capacity_gib: float) -> "Hardware":
+        """This device with ``capacity_gib`` of memory, one of ``memory.options``: a copy with memory.capacity replaced.
+
+        The largest size (the entry's capacity) returns the device itself; so does the one size of an
+        entry without options. Any other size is a :class:`ConfigurationError` naming the sizes sold.
+        The copy is not revalidated: its capacity is an option, no longer the largest.
+        """
+        sizes = self.memory_options_gib or (self.memory_capacity_bytes / GiB,)
+        match = next((i for i, s in enumerate(sizes) if math.isclose(s, capacity_gib, rel_tol=1e-9)), None)
+        if match is None:
+            if self.memory.options is None:
+                raise ConfigurationError(
+                    f"{self.name} is not sold with {capacity_gib:g} GiB of memory as far as the database records: "
+                    f"its entry has one size, {_sizes_text(sizes)}, and no memory.options")
+            raise ConfigurationError(f"{self.name} is not sold with {capacity_gib:g} GiB of memory; "
+                                     f"it is sold with {_sizes_text(sizes)}")
+        if match == len(sizes) - 1:
+            return self
+        options = self.memory.options
+        capacity = Quantity(value=options.value[match], unit=options.unit, source=options.source,
+                            note=f"one of the sizes sold ({_sizes_text(sizes)}), chosen instead of the largest")
+        return self.model_copy(update={"memory": self.memory.model_copy(update={"capacity": capacity})})
 
     @property
     def memory_bandwidth_bytes_per_s(self) -> float:

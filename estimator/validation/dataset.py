@@ -17,7 +17,7 @@ from estimator.validation.predict import METRICS
 
 COLUMNS = ("id", "source", "url", "framework", "engine", "engine_version", "backend", "date", "hardware", "n_gpus",
            "tp", "model", "params_b", "active_params_b", "weight_format", "kv_format", "batch", "concurrency",
-           "request_rate", "input_len", "output_len", "context_depth", "attention", "gpu_layers", "cpu_moe",
+           "request_rate", "input_len", "output_len", "context_depth", "attention", "gpu_layers", "cpu_moe", "n_ubatch",
            "metric", "statistic", "value", "unit", "notes")
 BACKENDS = ("", "cuda", "rocm", "metal", "vulkan", "sycl", "cpu")
 STATISTICS = ("", "mean", "median", "p90", "p99")
