@@ -26,7 +26,7 @@ from estimator.errors import (
     read_text,
     write_atomically,
 )
-from estimator.evaluation.api import estimate, speculative_speedup_grid
+from estimator.evaluation.api import estimate, resolve_calibrated_hardware, speculative_speedup_grid
 from estimator.formatting import to_json
 from estimator.planning import disaggregation as disagg
 from estimator.reporting import catalog
@@ -40,6 +40,7 @@ from estimator.reporting.explain import explain
 from estimator.reporting.measured import measured_rows
 from estimator.reporting.verify import verify_commands
 from estimator.specs.database import load_database
+from estimator.units import GiB
 from estimator.validation import predict
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_INTERRUPTED = 0, 3, 130
@@ -47,8 +48,9 @@ EXIT_OK, EXIT_UNEXPECTED, EXIT_INTERRUPTED = 0, 3, 130
 
 def _estimate_kwargs(args: argparse.Namespace) -> dict:
     """The flags as keyword arguments of :func:`estimator.evaluation.api.estimate`."""
+    chosen = getattr(args, "device", None)   # --memory-gib: the device and its profile, resolved by run()
     return dict(
-        model=args.model, gpu=args.gpu, n_gpus=args.gpus, tp=args.tp, pp=args.pp, ep=args.ep,
+        model=args.model, gpu=chosen or args.gpu, n_gpus=args.gpus, tp=args.tp, pp=args.pp, ep=args.ep,
         devices_per_node=args.devices_per_node, network_gbps=args.network_gbps,
         weight_format=args.format, kv_format=args.kv_format, batch=args.batch, prompt_tokens=args.prompt,
         output_tokens=args.output, kv_alloc=args.kv_alloc, kv_block_tokens=args.kv_block,
@@ -56,7 +58,8 @@ def _estimate_kwargs(args: argparse.Namespace) -> dict:
         gpu_layers=args.gpu_layers, host_cpu=args.host_cpu, draft_model=args.draft_model,
         draft_tokens=args.draft_tokens, acceptance=args.acceptance, draft_cost=args.draft_cost,
         concurrency=args.concurrency, rate=args.rate, chunked_prefill=args.chunked_prefill,
-        calibration=None if args.calibration == "none" else args.calibration, engine=args.engine)
+        calibration=args.profile if chosen else None if args.calibration == "none" else args.calibration,
+        engine=args.engine, cpu_moe="all" if args.cpu_moe else (args.n_cpu_moe or 0))
 
 
 def _refuse(args: argparse.Namespace, dests: Sequence[str], why: str) -> None:
@@ -91,8 +94,8 @@ def _check_estimate(args: argparse.Namespace) -> None:
         _refuse(args, ("batch",), "under --concurrency or --rate the batch is the steady state; drop --batch")
     if not args.draft_tokens:
         _refuse(args, ("acceptance",), "applies to speculative decoding; add --draft-tokens G")
-    if args.gpu_layers is None:
-        _refuse(args, ("host_cpu",), "runs the layers --gpu-layers leaves to the host; add --gpu-layers N")
+    if args.gpu_layers is None and not (args.cpu_moe or args.n_cpu_moe):
+        _refuse(args, ("host_cpu",), "runs what --gpu-layers or --cpu-moe leaves to the host; add one of them")
     if args.kv_alloc == "contiguous":
         _refuse(args, ("kv_block",), "sizes paged KV blocks, which --kv-alloc contiguous does not use")
 
@@ -155,13 +158,18 @@ def run(args: argparse.Namespace) -> str:
     """Execute a command parsed by :func:`estimator.cli_flags.parse` and return what to print."""
     CHECKS.get(args.command, lambda _: None)(args)
     db = load_database(args.db)
+    if getattr(args, "memory_gib", None) is not None:   # one of the memory sizes the device is sold with
+        args.device, args.profile = resolve_calibrated_hardware(
+            args.gpu, None if args.calibration == "none" else args.calibration, db, memory_gib=args.memory_gib)
     if args.command == "estimate" and (args.prefill_gpus or args.decode_gpus):
         return _disaggregation(args, db)
     if args.command == "estimate":
         e = estimate(**_estimate_kwargs(args), db=db)
         measured, commands = measured_rows(e), verify_commands(e)
         if args.json:
-            return to_json({**e.to_dict(), "measured": measured, "verify_command": commands})
+            return to_json({**e.to_dict(), "memory_gib": e.hardware.memory_capacity_bytes / GiB,
+                            "memory_options_gib": e.hardware.memory_options_gib,
+                            "measured": measured, "verify_command": commands})
         return format_estimate(e, measured, commands)
     if args.command == "explain":
         return _explain(args, db)
@@ -334,7 +342,8 @@ def _disaggregation(args: argparse.Namespace, db) -> str:
         raise ConfigurationError("disaggregated serving needs --prefill-gpus X, --decode-gpus Y and --rate R")
     options = {k: v for k, v in _estimate_kwargs(args).items()
                if k not in ("model", "gpu", "n_gpus", "batch", "concurrency", "rate", "chunked_prefill")}
-    result = disagg.compare(args.model, args.gpu, args.rate, args.prefill_gpus, args.decode_gpus,
+    result = disagg.compare(args.model, getattr(args, "device", None) or args.gpu, args.rate,
+                            args.prefill_gpus, args.decode_gpus,
                             max_devices=args.max_gpus, max_ttft_s=args.max_ttft_s, max_itl_s=args.max_itl_s, db=db,
                             **{**options, "tp": args.tp or 1})
     return to_json(result) if args.json else format_disaggregation(result)

@@ -97,6 +97,9 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     """The configuration flags `estimate`, `explain` and `speculation` share."""
     p.add_argument("--model", required=True, type=_name, help="name, alias, HF id, or path to a config.json")
     p.add_argument("--gpu", required=True, type=_name, help="name, alias or NVML name (see `roofline list gpus`)")
+    p.add_argument("--memory-gib", type=_number(above=True), metavar="GIB",
+                   help="memory size of a device sold with several (Apple chips; `roofline show gpu NAME` lists "
+                        "them); default the largest. Elsewhere only the one size recorded is accepted")
     p.add_argument("--gpus", type=_whole(1, MAX_DEVICES),
                    help="devices in all (default tp x pp); beyond one replica: data parallel")
     p.add_argument("--tp", type=_whole(1, MAX_DEVICES),
@@ -127,6 +130,12 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-layers", type=_whole(1), help="llama.cpp-style partial offload: N >= 1 layers on the GPU, "
                                                         "the rest computed by the host CPU (--host-cpu); for none, "
                                                         "estimate the CPU itself (--gpu CPU)")
+    experts = p.add_mutually_exclusive_group()
+    experts.add_argument("--cpu-moe", action="store_true",
+                         help="llama.cpp --cpu-moe: every MoE layer's routed experts in host memory, run by the host "
+                              "CPU (--host-cpu); attention and dense layers stay on the GPU")
+    experts.add_argument("--n-cpu-moe", type=_whole(1), metavar="N",
+                         help="llama.cpp --n-cpu-moe N: the routed experts of the first N MoE layers on the host CPU")
     p.add_argument("--host-cpu", default="AMD Ryzen 9 7950X", type=_name,
                    help="host CPU for --gpu-layers (default 7950X)")
     p.add_argument("--draft-model", type=_name, help="speculative decoding: draft model (name, alias or config.json)")

@@ -82,3 +82,37 @@ def test_dequantizing_kernels_have_their_own_group_factor():
 def test_the_physical_limit_has_no_losses():
     assert set(PHYSICAL_LIMIT.bandwidth_eff.values()) == {1.0}
     assert PHYSICAL_LIMIT.per_step_s == PHYSICAL_LIMIT.per_layer_s == PHYSICAL_LIMIT.allreduce_latency_s == 0
+
+
+def test_a_measured_gemm_ceiling_sets_the_device_compute_efficiency(db):
+    """MI300X's best BF16 GEMM: 668.4 of 1,300 TFLOPS (stas00/ml-engineering MAMF table) = 0.514."""
+    from estimator.efficiency.defaults import HBM, device_defaults
+    assert math.isclose(device_defaults(db.hardware.get("mi300x")).compute_eff, 668.4 / 1300, rel_tol=1e-3)
+    assert device_defaults(db.hardware.get("h200")).compute_eff == HBM.compute_eff    # not measured: the default
+    fast, slow = (run(db.models.get("llama-3.1-8b"), db.hardware.get(n), B=1, T=4096, O=2, ideal=False)
+                  for n in ("mi325x", "mi300x"))   # same datasheet peak, measured 0.604 vs 0.514
+    assert math.isclose(fast["prefill_tps"] / slow["prefill_tps"], 0.604 / 0.514, rel_tol=0.03)
+
+
+def test_an_engine_runs_on_the_devices_usual_backend_unless_told():
+    on_amd = estimate("llama-3.1-8b", "mi300x", engine="llama.cpp", weight_format="Q4_K_M", calibration="none")
+    on_nvidia = estimate("llama-3.1-8b", "h100", engine="llama.cpp", weight_format="Q4_K_M", calibration="none")
+    told = estimate("llama-3.1-8b", "mi300x", engine="llama.cpp@vulkan", weight_format="Q4_K_M", calibration="none")
+    assert (on_amd.engine, on_nvidia.engine, told.engine) == ("llama.cpp@rocm", "llama.cpp", "llama.cpp@vulkan")
+
+
+def test_an_engine_without_fp4_kernels_computes_mxfp4_at_16_bit():
+    """llama.cpp (build b6210) dequantizes MXFP4 for prompt processing; vLLM has an FP4 path.
+
+    Published: discussion #15396, RTX 5090, gpt-oss-20b pp2048 = 9,848 tok/s. At the FP4 rate the
+    estimate was 3.7x too fast; at the 16-bit rate it is within a factor of two."""
+    kw = dict(weight_format="mxfp4-experts", prompt_tokens=2048, output_tokens=1, calibration="none")
+    llama = estimate("gpt-oss-20b", "rtx 5090", engine="llama.cpp", **kw)
+    vllm = estimate("gpt-oss-20b", "rtx 5090", engine="vLLM", **kw)
+    assert (llama.compute_dtype, vllm.compute_dtype) == ("bf16", "fp4")
+    assert 0.5 < llama.prefill_tps / 9848 < 2.0
+    limits = {engine: sweep(["gpt-oss-20b"], ["rtx 5090"], ["mxfp4-experts"], prompt_tokens=[2048],
+                            output_tokens=[1], engine=engine, physical_limit=True).columns["prefill_tps"][0]
+              for engine in ("llama.cpp", "vLLM")}
+    assert limits["llama.cpp"] < limits["vLLM"]          # the cap is the roofline of the math the engine uses
+    assert llama.results["prefill_tps_high"] <= limits["llama.cpp"] * (1 + 1e-9)

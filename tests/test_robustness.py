@@ -216,7 +216,7 @@ def test_a_configuration_that_does_not_fit_has_no_speed_at_all():
 @pytest.mark.parametrize("argv, message", [
     ([*BASE, "--rate", "2", "--batch", "8"], "--batch: under --concurrency or --rate the batch is the steady state"),
     ([*BASE, "--acceptance", "0.8"], "--acceptance: applies to speculative decoding"),
-    ([*BASE, "--host-cpu", "amd epyc 9654"], "--host-cpu: runs the layers --gpu-layers leaves to the host"),
+    ([*BASE, "--host-cpu", "amd epyc 9654"], "--host-cpu: runs what --gpu-layers or --cpu-moe leaves to the host"),
     ([*BASE, "--kv-alloc", "contiguous", "--kv-block", "32"], "--kv-block: sizes paged KV blocks"),
     ([*BASE, "--max-ttft-s", "1"], "--max-ttft-s: targets of the disaggregated-serving search"),
     ([*BASE, "--draft-model", "llama-3.2-1b", "--draft-cost", "0.1", "--draft-tokens", "4"], "give one of them"),

@@ -219,7 +219,7 @@ def test_local_validation_takes_batches_prompts_and_a_profile(tmp_path, monkeypa
 
 
 def test_predict_gives_each_bad_row_a_status_and_runs_the_rest(tmp_path):
-    """Batch 0, a short row, a non-numeric value, a NaN length and an unmodelled setting each get a reason."""
+    """Batch 0, a short row, a non-numeric value, a NaN length and an unknown engine setting each get a reason."""
     from estimator.validation.predict import predict_file
     header = "id,hardware,n_gpus,model,weight_format,batch,input_len,output_len,metric,value,cpu_moe\n"
     good = "ok,h100,1,llama-3.1-8b,bf16,1,512,128,decode_tps_per_seq,150,\n"
@@ -227,7 +227,7 @@ def test_predict_gives_each_bad_row_a_status_and_runs_the_rest(tmp_path):
            "short,h100,1\n",
            "text,h100,1,llama-3.1-8b,bf16,1,512,128,decode_tps_per_seq,fast,\n",
            "nan,h100,1,llama-3.1-8b,bf16,1,nan,128,decode_tps_per_seq,150,\n",
-           "moe,h100,1,mixtral-8x7b,bf16,1,512,128,decode_tps_per_seq,50,8\n"]
+           "moe,h100,1,mixtral-8x7b,bf16,1,512,128,decode_tps_per_seq,50,99\n"]
     src, dst = tmp_path / "in.csv", tmp_path / "out" / "out.csv"
     src.write_text(header + good + "".join(bad) + good.replace("ok,", "ok2,"))
     predict_file(str(src), str(dst))
@@ -236,4 +236,4 @@ def test_predict_gives_each_bad_row_a_status_and_runs_the_rest(tmp_path):
     assert rows["ok"]["status"] == rows["ok2"]["status"] == "ok" and float(rows["ok"]["predicted"]) > 0
     for row_id in ("zero", "short", "text", "nan"):
         assert rows[row_id]["status"] == "invalid" and rows[row_id]["reason"], row_id
-    assert rows["moe"]["status"] == "not_modelled" and "cpu_moe" in rows["moe"]["reason"]
+    assert rows["moe"]["status"] == "invalid" and "99" in rows["moe"]["reason"]     # more MoE layers than it has

@@ -13,7 +13,11 @@ never literals inside formulas.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from importlib import resources
+
 import numpy as np
+import yaml
 from pydantic import Field
 
 from estimator.specs.hardware import DeviceClass, Hardware, MemoryType
@@ -139,8 +143,26 @@ _HBM_TYPES = {MemoryType.HBM2, MemoryType.HBM2e, MemoryType.HBM3, MemoryType.HBM
 _GDDR_TYPES = {MemoryType.GDDR5, MemoryType.GDDR5X, MemoryType.GDDR6, MemoryType.GDDR6X, MemoryType.GDDR7}
 
 
+@lru_cache(maxsize=1)
+def matmul_ceilings() -> dict[str, float]:
+    """Measured best-GEMM fractions of the dense peak by device name (matmul_ceilings.yaml, with its source)."""
+    doc = yaml.safe_load(resources.files("estimator.efficiency").joinpath("matmul_ceilings.yaml").read_text())
+    return {name: float(entry[0]) for name, entry in doc["devices"].items()}
+
+
 def device_defaults(hw: Hardware) -> DeviceDefaults:
-    """Pick the default device efficiencies by device class and memory type."""
+    """Pick the default device efficiencies by device class and memory type; a device whose best GEMM was
+    measured (matmul_ceilings.yaml) takes that fraction as its compute efficiency."""
+    defaults = _class_defaults(hw)
+    measured = matmul_ceilings().get(hw.name)
+    if measured is None:
+        return defaults
+    return defaults.model_copy(update={"compute_eff": measured,
+                                       "basis": f"{defaults.basis}; compute: measured best BF16 GEMM {measured:.3f} "
+                                                "of the dense peak (matmul_ceilings.yaml)"})
+
+
+def _class_defaults(hw: Hardware) -> DeviceDefaults:
     if hw.device_class is DeviceClass.cpu:
         return CPU
     if hw.device_class is DeviceClass.soc_unified:

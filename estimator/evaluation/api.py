@@ -38,7 +38,8 @@ from estimator.specs.hardware import Hardware
 from estimator.specs.model import ModelSpec
 
 # Under a load (concurrency or rate) a sweep also returns the steady state; a saturated row has no latencies.
-LOAD_COLUMNS = ("steady_batch", "request_rate", "saturated", "max_rate", "ttft_prefill_s")
+LOAD_COLUMNS = ("steady_batch", "request_rate", "saturated", "max_rate", "ttft_prefill_s", "ttft_p50_s", "ttft_p90_s",
+                "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_p99_s")
 # The columns a sweep returns unless ``detail=True`` asks for the ledgers too.
 MAIN_COLUMNS = (
     "ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total", "e2e_latency_s",
@@ -59,8 +60,10 @@ def resolve_model(model: str | ModelSpec, db: Database) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else read_local_model(model, count_params) or db.models.get(model)
 
 
-def resolve_hardware(gpu: str | Hardware, db: Database) -> Hardware:
-    return gpu if isinstance(gpu, Hardware) else db.hardware.get(gpu)
+def resolve_hardware(gpu: str | Hardware, db: Database, memory_gib: float | None = None) -> Hardware:
+    """A spec or a database name; with ``memory_gib``, that one of the memory sizes it is sold with."""
+    device = gpu if isinstance(gpu, Hardware) else db.hardware.get(gpu)
+    return device if memory_gib is None else device.with_memory_gib(memory_gib)
 
 
 def resolve_engine(value: str | EngineProfile) -> EngineProfile:
@@ -146,7 +149,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     peaks, dtypes = compute_peak_table(fmts, devices)
     f_columns = on_axis(format_columns(fmts, parameters), 2)
     host = None
-    if serving.gpu_layers is not None:
+    if serving.uses_host_cpu:
         cpu = resolve_hardware(serving.host_cpu, db)
         host_peaks, _ = compute_peak_table(fmts, [cpu])
         host = effective_rates(hardware_columns([cpu]), f_columns, values_on_axis(host_peaks[:, 0], 2), parameters)
@@ -181,13 +184,14 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     return ResultTable(columns=columns, index=dict(zip(AXES, grids)), labels=labels, compute_dtypes=dtypes)
 
 
-def resolve_calibrated_hardware(gpu: str | Hardware, calibration, db: Database):
+def resolve_calibrated_hardware(gpu: str | Hardware, calibration, db: Database, memory_gib: float | None = None):
     """The device, and the calibration profile to apply to it (or None).
 
     ``gpu="local"`` is the device of the given profile, or of the newest one in the
     calibration folder; a device the database does not know is built from its profile.
     ``calibration`` is a profile, a path, ``"auto"`` (the newest profile of this device
-    in the calibration folder, if any) or None.
+    in the calibration folder, if any) or None. ``memory_gib`` picks one of the memory
+    sizes the device is sold with (:meth:`Hardware.with_memory_gib`); None keeps the largest.
     """
     if isinstance(calibration, (str, Path)) and str(calibration) not in ("auto", "none"):
         calibration = load_profile(calibration)
@@ -197,8 +201,8 @@ def resolve_calibrated_hardware(gpu: str | Hardware, calibration, db: Database):
             raise ConfigurationError(f"--gpu local needs a calibration profile: run `roofline calibrate` first "
                                      f"(profiles are kept in {profile_dir()}) or pass --calibration FILE")
         matched = profile.device.matched_hardware
-        return (db.hardware.get(matched) if matched else _device_of(profile)), profile
-    device = resolve_hardware(gpu, db)
+        return resolve_hardware(db.hardware.get(matched) if matched else _device_of(profile), db, memory_gib), profile
+    device = resolve_hardware(gpu, db, memory_gib)
     if calibration == "auto":
         return device, _measured(find_profile(device.name, *device.aliases))
     return device, _measured(calibration) if isinstance(calibration, CalibrationProfile) else None
@@ -277,7 +281,8 @@ class Estimate(Configuration):
         """JSON-ready: inputs, then results; speeds are None when it does not fit or the load saturates it."""
         speed_keys = {"ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total",
                       "e2e_latency_s", "tpot_inclusive_s", "throughput_out_tps", "throughput_out_tps_per_gpu",
-                      "ttft_prefill_s", "request_rate"}
+                      "ttft_prefill_s", "request_rate", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s",
+                      "itl_p90_s", "itl_p99_s", "e2e_p99_s"}
         speed_keys |= {f"{k}_{end}" for k in speed_keys for end in ("low", "high")}
         results = {k: (None if (k in speed_keys and not self.runnable) or _not_finite(v) else v)
                    for k, v in self.results.items()}
@@ -297,6 +302,7 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
              weight_format: str | None = None, kv_format: str = "f16", batch: int = 1,
              prompt_tokens: int = 512, output_tokens: int = 256, kv_alloc: str = "paged", kv_block_tokens: int = 16,
              prefix_tokens: int = 0, attention: str = "fused", offload: str = "none", gpu_layers: int | None = None,
+             cpu_moe: int | str = 0,
              host_cpu: str = DEFAULT_HOST_CPU, draft_model: str | None = None, draft_tokens: int = 0,
              acceptance: float = 0.7, draft_cost: float = 0.0, concurrency: int = 0, rate: float = 0.0,
              chunked_prefill: int = 0, calibration: str | CalibrationProfile | None = "auto",
@@ -332,7 +338,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep, devices_per_node=devices_per_node,
                                  network_gbps=network_gbps)
     serving = _serving(kv_alloc=kv_alloc, kv_block_tokens=kv_block_tokens, prefix_tokens=prefix_tokens,
-                       attention=attention, offload=offload, gpu_layers=gpu_layers, host_cpu=host_cpu,
+                       attention=attention, offload=offload, gpu_layers=gpu_layers, cpu_moe=cpu_moe,
+                       host_cpu=host_cpu,
                        draft_model=draft_model, draft_tokens=draft_tokens, acceptance=acceptance, draft_cost=draft_cost,
                        concurrency=concurrency, rate=rate, chunked_prefill=chunked_prefill)
     table = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
@@ -354,8 +361,9 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
         warnings.append(f"prompt + output = {prompt_tokens + output_tokens} tokens exceeds {spec.name}'s "
                         f"maximum context of {spec.shape.max_context}")
     results = {k: v for k, v in row.items() if k not in AXES}
+    # the roofline at 100% of the datasheet, with the engine's own math dtypes (the peak the estimate uses)
     limit = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
-                  [layout], serving=serving, detail=True, db=db, physical_limit=True).row(0)
+                  [layout], serving=serving, detail=True, db=db, engine=profile_engine, physical_limit=True).row(0)
     results.update(interval_columns(results, limit, profile_engine.name, device.vendor, device.device_class.value,
                                     batch, serving.under_load, profile is not None))
     return Estimate(

@@ -14,11 +14,22 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults, bandwidth_scale_by_class, compute_eff_by_class
+from estimator.errors import ConfigurationError
 from estimator.physics import flops as fl
 from estimator.physics import traffic as tr
 from estimator.physics.kvcache import PAGED_BLOCK_TOKENS
 from estimator.physics.memory import memory_fit
-from estimator.physics.offload import LAYERS, NONE, device_weight_share, streaming_time
+from estimator.physics.offload import (
+    DEFAULT_UBATCH_TOKENS,
+    LAYERS,
+    NONE,
+    cpu_expert_bytes_stored,
+    cpu_expert_ledgers,
+    cpu_moe_layers,
+    cpu_moe_time,
+    device_weight_share,
+    streaming_time,
+)
 from estimator.physics.parallel import (
     DEFAULT_NETWORK_BYTES_PER_S,
     DEFAULT_NODE_DEVICES,
@@ -33,7 +44,8 @@ from estimator.physics.span import decode_context_range, mean_span
 from estimator.physics.speculative import expected_tokens
 
 DEFAULT_SERVING = {"paged": True, "block_tokens": PAGED_BLOCK_TOKENS, "prefix_tokens": 0, "fused_attention": True,
-                   "offload": NONE, "gpu_layers": 0, "spec_tokens": 0, "acceptance": 0.0, "draft_cost": 0.0,
+                   "offload": NONE, "gpu_layers": 0, "cpu_moe": 0.0,
+                   "ubatch_tokens": DEFAULT_UBATCH_TOKENS, "spec_tokens": 0, "acceptance": 0.0, "draft_cost": 0.0,
                    "concurrency": 0.0, "rate": 0.0, "chunk_tokens": 0.0}
 PARTS = ("linear_s", "attention_s", "communication_s", "offload_s", "overhead_s", "compute_s", "memory_s")
 
@@ -70,6 +82,7 @@ class _Setup:
     rates: dict
     host_rates: dict | None
     device_share: np.ndarray   # of the weights; the rest is offloaded
+    cpu_layers: np.ndarray     # MoE layers whose routed experts are in host memory (llama.cpp --n-cpu-moe)
     tp_link: np.ndarray        # bytes/s the TP collectives run at
     pp_link: np.ndarray        # bytes/s between pipeline stages
 
@@ -82,8 +95,20 @@ def _stage(s: _Setup, flops: dict, bytes_: dict, tokens) -> dict:
                                                s.tp_link)
     streamed = np.where(s.serving["offload"] == LAYERS, 0.0, 1.0) * streaming_time(
         bytes_["weights"] / devices, s.device_share, s.hw["host_link_bytes_per_s"])
-    device = pass_time(flops, bytes_, s.rates, devices, overhead_s, communication_s, streamed)
-    device["if_fit_s"] = device["time_s"] - device["offload_s"]   # the same pass with everything on the device
+    if np.any(s.cpu_layers > 0):
+        # experts in host memory: the host CPU runs them for small passes, else they cross the link per
+        # micro-batch and the device runs them (docs/formulas.md §8, llama.cpp GGML_OP_OFFLOAD_MIN_BATCH)
+        experts_s, on_cpu = cpu_moe_time(s.m, s.f, s.cpu_layers, tokens, s.host_rates, s.hw["host_link_bytes_per_s"],
+                                         s.serving["ubatch_tokens"])
+        expert_flops, expert_bytes = cpu_expert_ledgers(s.m, s.f, s.cpu_layers, tokens)
+        on_device_flops = {**flops, "linear": flops["linear"] - np.where(on_cpu, expert_flops, 0.0)}
+        on_device_bytes = {**bytes_, "weights": bytes_["weights"] - np.where(on_cpu, expert_bytes, 0.0)}
+        device = pass_time(on_device_flops, on_device_bytes, s.rates, devices, overhead_s, communication_s,
+                           streamed + experts_s)
+        device["if_fit_s"] = pass_time(flops, bytes_, s.rates, devices, overhead_s, communication_s)["time_s"]
+    else:
+        device = pass_time(flops, bytes_, s.rates, devices, overhead_s, communication_s, streamed)
+        device["if_fit_s"] = device["time_s"] - device["offload_s"]   # the same pass with everything on the device
     if s.host_rates is None:
         return device
     # partial offload by layers: the device runs its share of the layers, the host CPU the rest
@@ -144,7 +169,7 @@ def _speculative(s: _Setup, draft: dict | None, b, micro, spans, plain_step_s, T
     if draft is None:   # n-gram or EAGLE-style heads: a fixed fraction of a target step
         draft_step_s, draft_prefill_s = s.serving["draft_cost"] * plain_step_s, 0.0
     else:
-        d = replace(s, m=draft, device_share=np.ones(1))
+        d = replace(s, m=draft, device_share=np.ones(1), cpu_layers=np.zeros(1))
         draft_step_s = _decode(d, b, micro, spans)[2]["time_s"]
         draft_prefill_s = _prefill(d, b, micro, T, cached)[2]["time_s"]
     return (gamma * draft_step_s + verify_s) / expected_tokens(alpha, gamma), draft_prefill_s
@@ -167,9 +192,11 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
         ``network_bytes_per_s`` (:mod:`estimator.physics.parallel`).
     serving : dict
         ``paged`` KV allocation, ``block_tokens``, cached ``prefix_tokens`` per prompt,
-        ``fused_attention``, ``offload`` mode and ``gpu_layers`` (:data:`DEFAULT_SERVING`).
+        ``fused_attention``, ``offload`` mode and ``gpu_layers``, ``cpu_moe`` (MoE layers whose routed
+        experts are in host memory; ``inf``: all) and ``ubatch_tokens`` (:data:`DEFAULT_SERVING`).
     host : dict, optional
-        The host CPU's effective ``rates`` (as :func:`effective_rates`), for partial offload by layers.
+        The host CPU's effective ``rates`` (as :func:`effective_rates`), for partial offload by layers
+        and for experts on the host (needed when ``cpu_moe`` > 0).
     draft : dict, optional
         Model columns of a draft model for speculative decoding (``spec_tokens`` > 0 in ``serving``).
 
@@ -191,16 +218,22 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     micro = micro_batches(replica_batch, pp)
     b = replica_batch / micro                                 # sequences per micro-batch
 
-    memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, draft=draft)
+    cpu_layers = cpu_moe_layers(serving["cpu_moe"], m["moe_layers"])
+    if np.any(cpu_layers > 0) and host is None:
+        raise ConfigurationError("MoE experts on the host CPU (cpu_moe) need the host CPU's rates; pass host=")
+    host_experts = cpu_expert_bytes_stored(m, f, cpu_layers) / (tp * pp)   # held in host RAM, not on the device
+    memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, draft=draft,
+                        host_weight_bytes=host_experts)
     share = device_weight_share(serving["offload"], serving["gpu_layers"], m["layers"],
                                 memory["memory_weights_bytes"], memory["room_for_weights_bytes"])
     if serving["offload"] != NONE:  # re-plan the memory with the offloaded part on the host
         kv_share = np.where(serving["offload"] == LAYERS, share, 1.0)
-        memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, share, kv_share, draft)
+        memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, share, kv_share, draft,
+                            host_weight_bytes=host_experts)
     node = np.asarray(layout.get("node", DEFAULT_NODE_DEVICES), dtype=float)
     network = np.asarray(layout.get("network_bytes_per_s", DEFAULT_NETWORK_BYTES_PER_S), dtype=float)
     s = _Setup(m, hw, f, kv_bits, tp, pp, ep, serving, engine, effective_rates(hw, f, peak_linear_flops_per_s, engine),
-               host, share, tp_link_bytes_per_s(hw, tp, node, network), pp_link_bytes_per_s(hw, tp, pp, node, network))
+               host, share, cpu_layers, tp_link_bytes_per_s(hw, tp, node, network), pp_link_bytes_per_s(hw, tp, pp, node, network))
 
     prefill_flops, prefill_bytes, prefill = _prefill(s, b, micro, T, cached)
     lo, hi, steps = decode_context_range(T, O)
@@ -237,7 +270,7 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     out["max_batch"] = out["max_batch"] * dp
     out["max_concurrency"] = out["max_batch"]
     out["kv_cache_bytes_per_token"] = tr.kv_bytes_per_token_layer(m, kv_bits) * m["layers"] + 0 * B
-    out["offloaded_bytes"] = tr.weight_bytes_stored(m, f) / (tp * pp) * (1 - share)
+    out["offloaded_bytes"] = tr.weight_bytes_stored(m, f) / (tp * pp) * (1 - share) + host_experts
     out["throughput_out_tps_per_gpu"] = out["throughput_out_tps"] / (tp * pp * dp)
     out["kv_crossover_tokens"] = tr.kv_crossover_tokens(m, f, kv_bits, b, tp)
     # how much faster the same configuration would decode with everything on the device

@@ -25,6 +25,8 @@ DEFINITIONS = (
     "TPOT inclusive = E2E / output tokens (the GuideLLM convention).",
     "Decode tokens/s per sequence = 1 / ITL; whole batch = batch / ITL. E2E = TTFT + (output - 1) x ITL.",
     "Memory is per device; GB = 10^9 bytes, GiB = 2^30 bytes.",
+    "Percentiles under a load: one engine, prefill before decode steps, Poisson arrivals (M/G/1 wait with an "
+    "exponential tail), fixed request lengths, E2E p99 by a normal approximation (docs/formulas.md §14).",
 )
 
 
@@ -95,7 +97,9 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
                                             if e.serving.prefix_tokens else ""),
         f"device: {_bandwidth_text(bw)}, {_flops_text(peak)} dense {e.compute_dtype}, "
         f"{hw.memory_capacity_bytes / 2**30:.0f} GiB {hw.memory.type.value} memory",
-    ]
+    ] + ([f"memory: {hw.name} with {hw.memory_capacity_bytes / 2**30:g} GiB ("
+          f"{'the largest sold' if hw.memory_capacity_bytes == hw.memory.options.base[-1] else 'chosen'}; "
+          f"--memory-gib {'|'.join(f'{s:g}' for s in hw.memory_options_gib)})"] if hw.memory.options else [])
     memory = [
         ("weights", gigabytes(r["memory_weights_bytes"])),
         (f"KV cache ({batch:,.4g} x {e.prompt_tokens + e.output_tokens} tokens)", gigabytes(r["memory_kv_cache_bytes"])),
@@ -170,6 +174,9 @@ def _speed_rows(r: dict) -> list[tuple[str, str]]:
             ("output tokens/s, all users", rate(r["throughput_out_tps"])),
             ("requests/s served", f"{r['request_rate']:.2f}"),
             ("end-to-end latency", seconds(r["e2e_latency_s"])),
+            ("TTFT p50 / p90 / p99", " / ".join(seconds(r[f"ttft_{q}_s"]) for q in ("p50", "p90", "p99"))),
+            ("ITL p50 / p90 / p99", " / ".join(seconds(r[f"itl_{q}_s"]) for q in ("p50", "p90", "p99"))),
+            ("end-to-end p99", seconds(r["e2e_p99_s"])),
             ("max sustainable rate (KV-bound)", f"{r['max_rate']:.2f} requests/s"),
         ]
     return [

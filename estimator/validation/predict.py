@@ -142,10 +142,11 @@ def serving_from_row(row: dict) -> ServingOptions:
     """The row's serving conditions: attention kind, cached context, partial offload, and load."""
     depth = _int(row, "context_depth", 0)
     options = dict(attention=_attention(row), prefix_tokens=depth, gpu_layers=_int(row, "gpu_layers", 0) or None,
-                   concurrency=_int(row, "concurrency", 0), rate=_number(row, "request_rate", 0.0))
-    if _int(row, "cpu_moe", 0):
-        raise ConfigurationError("experts on the CPU (column 'cpu_moe') are not modelled yet; the row is not "
-                                 "predicted")
+                   concurrency=_int(row, "concurrency", 0), rate=_number(row, "request_rate", 0.0),
+                   # MoE layers whose experts are in host memory (llama.cpp --n-cpu-moe; docs/formulas.md §8)
+                   cpu_moe=_int(row, "cpu_moe", 0))
+    if options["cpu_moe"] and _cell(row, "n_ubatch"):   # experts cross the host link once per micro-batch
+        options["ubatch_tokens"] = _int(row, "n_ubatch", minimum=1)
     if options["concurrency"] and options["rate"]:
         raise ConfigurationError("a row gives its load as 'concurrency' or 'request_rate', not both")
     try:
