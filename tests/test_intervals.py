@@ -116,3 +116,12 @@ def test_an_engine_without_fp4_kernels_computes_mxfp4_at_16_bit():
               for engine in ("llama.cpp", "vLLM")}
     assert limits["llama.cpp"] < limits["vLLM"]          # the cap is the roofline of the math the engine uses
     assert llama.results["prefill_tps_high"] <= limits["llama.cpp"] * (1 + 1e-9)
+
+
+def test_host_time_grows_with_the_batch_by_the_per_sequence_cost(db):
+    """t_host = t_step + t_seq x batch: 64 sequences at 50 us each add 3.2 ms to every decode step."""
+    base = GENERIC_ENGINE.model_copy(update={"per_sequence_s": 0.0})
+    costly = GENERIC_ENGINE.model_copy(update={"per_sequence_s": 50e-6})
+    itl = [run(db.models.get("llama-3.1-8b"), db.hardware.get("h100"), B=64, T=128, O=64, ideal=False,
+               engine=e)["itl_s"] for e in (base, costly)]
+    assert math.isclose(itl[1] - itl[0], 64 * 50e-6, rel_tol=1e-6)
