@@ -148,7 +148,7 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     load = p.add_mutually_exclusive_group()
     load.add_argument("--concurrency", type=_whole(), default=0,
                       help="steady state with C requests in flight (continuous batching; replaces --batch)")
-    load.add_argument("--rate", type=_number(MIN_RATE, MAX_RATE), default=0.0,
+    load.add_argument("--rate", "--request-rate", type=_number(MIN_RATE, MAX_RATE), default=0.0,
                       help="steady state at R requests/s arriving (open loop)")
     p.add_argument("--chunked-prefill", type=_whole(), default=0, metavar="TOKENS",
                    help="under load: mix prompt chunks into decode steps within this token budget per step")
@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--output", type=_whole(), help="output tokens per request")
     load = pl.add_mutually_exclusive_group()
     load.add_argument("--concurrency", type=_whole(), help="requests in flight")
-    load.add_argument("--rate", type=_number(MIN_RATE, MAX_RATE), help="requests per second")
+    load.add_argument("--rate", "--request-rate", type=_number(MIN_RATE, MAX_RATE), help="requests per second")
     pl.add_argument("--max-ttft-s", type=_number(above=True), help="TTFT target, seconds, queueing included")
     pl.add_argument("--min-tps-per-user", type=_number(above=True), help="decode tokens/s per user target")
     pl.add_argument("--percentile", choices=("p50", "p90"),

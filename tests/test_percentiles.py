@@ -103,3 +103,15 @@ def test_saturated_configurations_give_null_percentiles(db):
     assert low.ttft_p50_s <= low.ttft_p99_s and low.e2e_p99_s >= low.ttft_s
     assert over.saturated and all(over.to_dict()[k] is None for k in KEYS)
     assert all(np.isnan(model(rate=60.0)[k]) for k in KEYS)
+
+
+def test_request_rate_is_an_alias_of_rate(capsys):
+    import json
+
+    from estimator.cli import main
+    results = []
+    for flag in ("--rate", "--request-rate"):
+        assert main(["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", flag, "3", "--json",
+                     "--calibration", "none"]) == 0
+        results.append(json.loads(capsys.readouterr().out))
+    assert results[0] == results[1] and results[0]["rate"] == 3.0
