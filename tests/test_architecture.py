@@ -108,3 +108,15 @@ def test_cited_formula_sections_exist():
         for group in re.findall(r"docs/formulas\.md((?:,? ?§\d+(?:\.\d+)?)+)", path.read_text()):
             cited |= set(re.findall(r"§(\d+(?:\.\d+)?)", group))
     assert cited and cited <= headings, f"cited sections missing from docs/formulas.md: {sorted(cited - headings)}"
+
+
+DATA_FILES = sorted([*(ROOT / "hardware_db").rglob("*.yaml"), *(ROOT / "models_db").glob("*.yaml"),
+                     *(ROOT / "engines_db").glob("*.yaml"), *(ROOT / "measurements_db").glob("*.md"),
+                     *(ROOT / "docs").glob("*.md"), ROOT / "README.md"])
+
+
+@pytest.mark.parametrize("path", DATA_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_shipped_data_and_docs_point_at_no_developer_machine(path):
+    """Sources are published documents (URLs, other projects' files) or this repository, never a local path."""
+    text = path.read_text()
+    assert STEERING_FOLDER not in text and "/work/" not in text

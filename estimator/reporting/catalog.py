@@ -14,7 +14,7 @@ from estimator.physics.traffic import kv_bytes_per_token_layer
 from estimator.reporting.estimate_text import format_quantity, format_spec
 from estimator.specs.database import Database
 from estimator.specs.formats import KV_FORMATS, WEIGHT_FORMATS
-from estimator.specs.hardware import Hardware, Price
+from estimator.specs.hardware import Hardware, MemoryOptions, Price
 from estimator.specs.model import ModelSpec
 from estimator.specs.sourced import Quantity
 from estimator.units import TB, TFLOPS, GiB, KiB
@@ -134,13 +134,19 @@ def _walk(obj: BaseModel, prefix: str = "") -> Iterator[tuple[str, str, str]]:
         elif isinstance(value, Quantity):
             source = value.source + (f" ({value.note})" if value.note else "")
             yield path, format_quantity(value), source
+        elif isinstance(value, MemoryOptions):
+            sizes = ", ".join(f"{v:g}" for v in value.value)
+            yield path, f"{sizes} {value.unit}", value.source + (f" ({value.note})" if value.note else "")
         elif isinstance(value, BaseModel):
             yield from _walk(value, path + ".")
         elif isinstance(value, dict):
             for key, item in value.items():
                 if isinstance(item, Quantity):
                     yield f"{path}.{key}", format_quantity(item), item.source + (f" ({item.note})" if item.note else "")
-        elif name not in ("notes", "aliases"):
+        elif isinstance(value, (list, tuple)):
+            if name != "aliases":
+                yield path, ", ".join(str(getattr(v, "value", v)) for v in value), ""
+        elif name != "notes":
             yield path, str(getattr(value, "value", value)), ""
 
 
