@@ -146,6 +146,9 @@ ESTIMATE_FLAGS = {
     "--acceptance": number(0, 1, [0.0, 0.5, 1.0]), "--draft-cost": number(0, 1, [0.0, 0.05, 1.0]),
     "--concurrency": whole(1, 10**9, [1, 32, 10**9]), "--rate": number(1e-6, 1e9, [0.5, 5.0, 1e-6, 1e9]),
     "--chunked-prefill": whole(1, 10**9, [1, 512]),
+    "--cpu-moe": SWITCH, "--n-cpu-moe": whole(1, 10**9, [1, 4, 100]),
+    "--memory-gib": number(0, 1e12, [24.0, 64.0, 128.0, 96.0], above=True),
+    "--request-rate": number(1e-6, 1e9, [0.5, 1e-6]),
     "--prefill-gpus": whole(1, 65_536, [1, 2]), "--decode-gpus": whole(1, 65_536, [1, 2]),
     "--max-ttft-s": number(0, 1e12, [0.5, 1e-9, 1e12], above=True),
     "--max-itl-s": number(0, 1e12, [0.05, 1e-9], above=True),
@@ -442,6 +445,9 @@ SLOW_INVALID = st.one_of(
         ["validate", "--published", "--plot", "@existing"],
         ["validate", "--published", "--plot", "@folder"], ["validate", "--published", "--plot", "@gif"],
         ["validate", "--published", "--force"], ["validate", "--local", "--force"],
+        ["validate", "--published", "--batch", "4"], ["validate", "--published", "--calibration", "@profile"],
+        ["validate", "--local", "--batch", "0"], ["validate", "--local", "--prompt", "-1"],
+        ["validate", "--local", "--output", "1"], ["validate", "--local", "--calibration", "@binary"],
         ["calibrate", "--force"], ["calibrate", "--out", "@existing"], ["calibrate", "--out", "@folder"],
         ["calibrate", "--quick", "--full"], ["calibrate", "--compare", "@profile"],
         ["calibrate", "--compare", "@profile", "@profile", "--device", "cpu"],
@@ -463,3 +469,14 @@ SLOW_INVALID = st.one_of(
 def test_slow_commands_with_invalid_input(files, case, debug):
     argv, valid = case
     check(argv + (["--debug"] if debug else []), valid, files)
+
+
+def test_every_flag_of_the_parser_is_fuzzed():
+    """A flag added to the command line without a fuzz strategy fails here."""
+    from estimator.cli_flags import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    flags = {f for name in ("estimate", "explain", "speculation") for a in sub.choices[name]._actions
+             for f in a.option_strings if f.startswith("--") and f != "--help"}
+    fuzzed = set(ESTIMATE_FLAGS) | {"--model", "--gpu", "--out", "--force"}   # model and gpu: drawn for every case
+    assert flags - fuzzed == set()
