@@ -15,7 +15,7 @@ from estimator.specs.database import load_database
 
 
 def build_axes(target: int, db):
-    models = sorted(m.name for m in db.models)[:20]
+    models = sorted(m.name for m in db.models if not m.unmodelled_mechanisms)[:20]   # refused ones cannot be swept
     gpus = sorted(h.name for h in db.hardware)[:25]
     formats = ["bf16", "fp8", "int4-awq", "Q4_K_M"]
     kv = ["f16", "fp8"]
