@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from typing import Sequence
 
 from estimator.planning.spec import MAX_DEVICES as MAX_PLAN_DEVICES
@@ -26,6 +27,8 @@ class _Parser(argparse.ArgumentParser):
     """An invalid flag is one line naming it, not the whole usage."""
 
     def error(self, message: str):
+        # a flag with an alias (--rate, --request-rate) is named by its main spelling
+        message = re.sub(r"argument (--[\w-]+)(?:/--[\w-]+)+:", r"argument \1:", message)
         self.exit(EXIT_INVALID, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -313,5 +316,5 @@ def given_options(argv: Sequence[str]) -> dict[str, str]:
         for action in p._actions:
             action.default = argparse.SUPPRESS
             if action.option_strings:
-                flags.setdefault(action.dest, []).append(action.option_strings[-1])
+                flags.setdefault(action.dest, []).append(action.option_strings[0])
     return {dest: "/".join(dict.fromkeys(flags.get(dest, [dest]))) for dest in vars(parser.parse_args(argv))}
