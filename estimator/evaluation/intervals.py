@@ -54,16 +54,26 @@ def measurement_band(metric: str, regime: str, engine: str, vendor: str, device_
 
     For a time metric the band is of the time (the speed band inverted).
     """
-    stored = load_intervals()
-    if stored is None or "cells" not in stored:
+    stored = _shipped()
+    found = stored and shipped_band(stored, regime, engine, GROUP_OF_CLASS[device_class],
+                                    backend or default_backend(vendor, device_class))
+    if not found:
         return None
-    path = cell_path(regime, engine, GROUP_OF_CLASS[device_class],
-                     backend or default_backend(vendor, device_class))
-    q = shrunk_quantiles(stored["cells"], path, stored["prior_rows"])
-    if q is None:
-        return None
-    low, high = band(q, widening_for(stored, regime))
+    low, high = found
     return (1 / high, 1 / low) if metric in TIME_METRICS else (low, high)
+
+
+def _shipped() -> dict | None:
+    """The intervals `validate --published --write` shipped, when there are any."""
+    stored = load_intervals()
+    return stored if stored is not None and "cells" in stored else None
+
+
+def shipped_band(stored: dict, regime: str, engine: str, group: str, backend: str) -> tuple[float, float] | None:
+    """Low and high ratio measured / predicted of one cell path, shrunk and widened; None when the regime has no
+    rows."""
+    q = shrunk_quantiles(stored["cells"], cell_path(regime, engine, group, backend), stored["prior_rows"])
+    return None if q is None else band(q, widening_for(stored, regime))
 
 
 def default_backend(vendor: str, device_class: str) -> str:
@@ -119,33 +129,30 @@ def estimate_regimes(batch: float, under_load: bool) -> tuple[str, str]:
 
 def low_ratios(engine: str, vendor: str, device_class: str, batch: float, under_load: bool):
     """The pessimistic ends (measured / predicted) of the decode and prefill intervals; None where none."""
-    stored = load_intervals()
-    if stored is None or "cells" not in stored:
+    stored = _shipped()
+    if stored is None:
         return None, None
     group, backend = GROUP_OF_CLASS[device_class], default_backend(vendor, device_class)
-    ends = []
-    for regime in estimate_regimes(batch, under_load):
-        q = shrunk_quantiles(stored["cells"], cell_path(regime, engine, group, backend), stored["prior_rows"])
-        ends.append(None if q is None else band(q, widening_for(stored, regime))[0])
-    return tuple(ends)
+    bands = [shipped_band(stored, regime, engine, group, backend) for regime in estimate_regimes(batch, under_load)]
+    return tuple(None if found is None else found[0] for found in bands)
 
 
 def interval_columns(results: dict, limit: dict, engine: str, vendor: str, device_class: str, batch: float,
                      under_load: bool, calibrated: bool) -> dict:
     """Low/high speeds and times for one estimate's results, capped by ``limit`` (the physical roofline)."""
-    stored = load_intervals()
-    if stored is None or "cells" not in stored:
+    stored = _shipped()
+    if stored is None:
         return {"interval_basis": "no validation results shipped: no interval"}
     group = GROUP_OF_CLASS[device_class]
     backend = default_backend(vendor, device_class)
     decode_regime, prefill_regime = estimate_regimes(batch, under_load)
     out, bases = {}, []
     for regime, (speeds, times) in ((decode_regime, DECODE), (prefill_regime, PREFILL)):
-        q = shrunk_quantiles(stored["cells"], cell_path(regime, engine, group, backend), stored["prior_rows"])
-        if q is None:
+        found = shipped_band(stored, regime, engine, group, backend)
+        if found is None:
             bases.append(f"{regime}: no held-out rows, no interval")
             continue
-        low, high = band(q, widening_for(stored, regime))
+        low, high = found
         bases.append(f"{regime}: {engine} on {group} ({backend or 'any backend'}), shrunk towards its parents, "
                      f"widened {widening_for(stored, regime):g}x")
         for key in speeds:

@@ -38,12 +38,7 @@ def plot_predicted_vs_measured(ax, measured, predicted, groups=None, band: float
     artists.append(ax.plot(line, line, color="black", linewidth=0.8)[0])
     artists.append(ax.fill_between(line, line * (1 - band), line * (1 + band), color="grey", alpha=0.2,
                                    label=f"±{band:.0%}"))
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("measured (metric's unit)")
-    ax.set_ylabel("predicted, cross-validated")
-    ax.set_title(title)
-    ax.legend(fontsize="small")
+    _log_log(ax, "measured (metric's unit)", "predicted, cross-validated", title)
     return artists
 
 
@@ -58,12 +53,7 @@ def plot_roofline(ax, devices: list[tuple[str, float, float]], points: list[tupl
         artists.append(ax.scatter([intensity], [achieved], marker="o" if "decode" in label else "^", zorder=3))
         artists.append(ax.annotate(label, (intensity, achieved), fontsize=7, xytext=(6, 10 - 12 * (i % 3)),
                                    textcoords="offset points"))
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax.set_ylabel("attainable FLOP/s")
-    ax.set_title(title)
-    ax.legend(fontsize="small")
+    _log_log(ax, "arithmetic intensity (FLOP/byte)", "attainable FLOP/s", title)
     return artists
 
 
@@ -107,3 +97,13 @@ def plot_costs(ax, labels: list[str], costs: Sequence[float], title: str = ""):
     ax.set_title(title)
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     return [bars]
+
+
+def _log_log(ax, xlabel: str, ylabel: str, title: str) -> None:
+    """Both axes logarithmic, labelled, titled, with a small legend."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize="small")

@@ -107,8 +107,17 @@ def _int(row: dict, key: str, default: int | None = None, minimum: int = 0) -> i
     return int(value)
 
 
-def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None = None) -> Configuration:
-    """Resolve one CSV row; raises a RooflineError that says what is wrong.
+def hardware_of_row(row: dict, db: Database):
+    """The row's device, resolved once (the engine's backend and the configuration both need it)."""
+    if not _cell(row, "hardware"):
+        raise ConfigurationError("column 'hardware' is empty")
+    return _resolve(db.hardware.get, _cell(row, "hardware"))
+
+
+def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None = None,
+                           hardware=None) -> Configuration:
+    """Resolve one CSV row (``hardware`` when the caller resolved it already); raises a RooflineError that says
+    what is wrong.
 
     Several devices split the model the way the row's engine does: tensor
     parallelism (``tp`` when the row gives it, all devices otherwise), or layers
@@ -117,9 +126,10 @@ def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None
     metric = _cell(row, "metric")
     if metric not in METRICS:
         raise ConfigurationError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
-    for key in ("model", "hardware", "weight_format"):
+    for key in ("model", "weight_format"):
         if not _cell(row, key):
             raise ConfigurationError(f"column {key!r} is empty")
+    hardware = hardware or hardware_of_row(row, db)
     model = _resolve(lambda n: resolve_model(n, db), _cell(row, "model")).require_modelled()
     fmt = _resolve(weight_format, _cell(row, "weight_format"))
     devices = _int(row, "n_gpus", 1, minimum=1)
@@ -130,7 +140,7 @@ def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None
     check_layout(model, layout)
     return Configuration(
         model=model,
-        hardware=_resolve(db.hardware.get, _cell(row, "hardware")),
+        hardware=hardware,
         weight_format=engine.runs(fmt) if engine else fmt,
         kv_format=_resolve(kv_format, _cell(row, "kv_format") or "f16"),
         layout=layout, batch=_int(row, "batch", 1, minimum=1),  # no batch: saturated or under load below
@@ -202,8 +212,9 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
         try:
             if result["measured"]:
                 _number(row, "value", minimum=0.0)
-            profile = engine_of_row(row, _resolve(db.hardware.get, _cell(row, "hardware") or "?"))
-            config = configuration_from_row(row, db, profile)
+            hardware = hardware_of_row(row, db)
+            profile = engine_of_row(row, hardware)
+            config = configuration_from_row(row, db, profile, hardware)
             serving = serving_from_row(row)
             if serving.prefix_tokens:   # a prompt measured on top of cached tokens (llama-bench ppN @ dM)
                 config = replace(config, prompt_tokens=config.prompt_tokens + serving.prefix_tokens)
