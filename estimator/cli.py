@@ -58,6 +58,8 @@ def _estimate_kwargs(args: argparse.Namespace) -> dict:
         gpu_layers=args.gpu_layers, host_cpu=args.host_cpu, draft_model=args.draft_model,
         draft_tokens=args.draft_tokens, acceptance=args.acceptance, draft_cost=args.draft_cost,
         concurrency=args.concurrency, rate=args.rate, chunked_prefill=args.chunked_prefill,
+        max_num_seqs=args.max_num_seqs, prefix_hit_rate=args.prefix_hit_rate, lengths=args.lengths,
+        expert_skew=args.expert_skew, kv_offload=args.kv_offload, kv_offload_gib=args.kv_offload_gib,
         calibration=args.profile if chosen else None if args.calibration == "none" else args.calibration,
         engine=args.engine, cpu_moe="all" if args.cpu_moe else (args.n_cpu_moe or 0))
 
@@ -92,6 +94,8 @@ def _check_estimate(args: argparse.Namespace) -> None:
             _refuse(args, ("force",), "overwrites --out; add --out FILE")
     if args.concurrency or args.rate:
         _refuse(args, ("batch",), "under --concurrency or --rate the batch is the steady state; drop --batch")
+    if args.lengths:
+        _refuse(args, ("prompt", "output"), f"--lengths {args.lengths} gives every request's lengths; drop them")
     if not args.draft_tokens:
         _refuse(args, ("acceptance",), "applies to speculative decoding; add --draft-tokens G")
     if args.gpu_layers is None and not (args.cpu_moe or args.n_cpu_moe):
@@ -101,13 +105,17 @@ def _check_estimate(args: argparse.Namespace) -> None:
 
 
 PLAN_FLAGS = ("model", "prompt", "output", "concurrency", "rate", "max_ttft_s", "min_tps_per_user", "percentile",
-              "formats", "min_bits", "gpus", "max_gpus", "on_prem", "budget", "engine", "price", "devices_per_node")
+              "latency_percentile", "formats", "min_bits", "gpus", "max_gpus", "on_prem", "budget", "engine", "price",
+              "devices_per_node")
 
 
 def _check_plan(args: argparse.Namespace) -> None:
     if args.plan_file:
         _refuse(args, PLAN_FLAGS, f"the plan file {args.plan_file} sets the plan; put them in the file, "
                                   "or drop the file")
+    elif not (args.concurrency or args.rate):
+        _refuse(args, ("latency_percentile",), "latency percentiles come from the queueing model under a load; "
+                                               "add --concurrency C or --rate R")
 
 
 def _check_validate(args: argparse.Namespace) -> None:
@@ -231,7 +239,8 @@ def plan_from_args(args: argparse.Namespace):
         return PlanSpec.model_validate({
             "models": args.model, **given(engine="engine"),
             "workload": given(prompt="prompt", output="output", concurrency="concurrency", rate="rate"),
-            "targets": given(max_ttft_s="max_ttft_s", min_tps_per_user="min_tps_per_user", percentile="percentile"),
+            "targets": given(max_ttft_s="max_ttft_s", min_tps_per_user="min_tps_per_user", percentile="percentile",
+                             latency_percentile="latency_percentile"),
             "constraints": {**given(formats="formats", min_bits="min_bits", gpus="gpus", max_gpus="max_gpus",
                                     budget_usd="budget", devices_per_node="devices_per_node"),
                             "deployment": "on_prem" if args.on_prem else "cloud"},

@@ -110,8 +110,9 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pp", type=_whole(1, MAX_DEVICES), default=1, help="pipeline stages per replica (default 1)")
     p.add_argument("--ep", type=_whole(1, MAX_DEVICES), default=1,
                    help="expert-parallel ranks within the TP group, MoE only (default 1)")
-    p.add_argument("--devices-per-node", type=_whole(1, MAX_DEVICES), default=8,
-                   help="devices on one scale-up link (NVLink domain); beyond it the network is used (default 8)")
+    p.add_argument("--devices-per-node", type=_whole(1, MAX_DEVICES),
+                   help="devices on one scale-up link (NVLink domain); beyond it the network is used (default: "
+                        "the device's own, 72 for an NVL72 rack, else 8)")
     p.add_argument("--network-gbps", type=_number(1e-3, 1e6), default=400.0,
                    help="scale-out network per device between nodes, Gbit/s one way (default 400: InfiniBand NDR)")
     p.add_argument("--format", type=_name, help="weight format (default: what a GGUF or safetensors --model stores, "
@@ -155,6 +156,23 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
                       help="steady state at R requests/s arriving (open loop)")
     p.add_argument("--chunked-prefill", type=_whole(), default=0, metavar="TOKENS",
                    help="under load: mix prompt chunks into decode steps within this token budget per step")
+    p.add_argument("--max-num-seqs", type=_whole(), metavar="N",
+                   help="under load: the scheduler runs at most N sequences at once, the rest wait (vLLM "
+                        "--max-num-seqs; default: the engine profile's, e.g. vLLM 1024 on 70+ GiB cards, else 256)")
+    p.add_argument("--lengths", type=_name, metavar="PRESET|FILE.csv",
+                   help="under load: request lengths from a preset (chat, sharegpt, rag, reasoning) or a CSV with "
+                        "columns prompt,output, one request per row; replaces --prompt and --output")
+    p.add_argument("--kv-offload", choices=("none", "cpu", "disk"), default="none",
+                   help="with --prefix-hit-rate: a second KV tier for cached prefixes (LMCache-style), host memory "
+                        "or an NVMe drive; hits found there are copied back before prefill")
+    p.add_argument("--kv-offload-gib", type=_number(0, 1e6), default=0.0, metavar="GIB",
+                   help="the second tier's size per replica, GiB")
+    p.add_argument("--expert-skew", type=_number(0, 10), default=0.0, metavar="S",
+                   help="MoE routing skew: Zipf exponent of expert popularity (0: uniform, default; ~1: a few hot "
+                        "experts); fewer experts read per step, and under --ep the busiest rank sets the step")
+    p.add_argument("--prefix-hit-rate", type=_number(0, 1), default=0.0, metavar="H",
+                   help="share of prompt tokens found in the engine's prefix cache (0-1): they skip prefill "
+                        "(default 0)")
     p.add_argument("--prefill-gpus", type=_whole(1, MAX_DEVICES),
                    help="with --rate: disaggregated serving, X devices prefilling ...")
     p.add_argument("--decode-gpus", type=_whole(1, MAX_DEVICES),
@@ -217,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--min-tps-per-user", type=_number(above=True), help="decode tokens/s per user target")
     pl.add_argument("--percentile", choices=("p50", "p90"),
                     help="p90: judge the pessimistic end of each estimate's 80%% interval (default p50)")
+    pl.add_argument("--latency-percentile", choices=("p50", "p90", "p99"),
+                    help="judge the TTFT target on TTFT pXX and the per-user target on 1 / ITL pXX of the queueing "
+                         "model under --concurrency or --rate (default: the mean latencies)")
     fmts = pl.add_mutually_exclusive_group()
     fmts.add_argument("--formats", type=_names,
                       help="comma-separated weight formats to consider (default bf16,fp8,int4-awq,nvfp4)")

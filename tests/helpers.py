@@ -40,3 +40,12 @@ def run(spec, hw, fmt="f16", kv="f16", B=1, T=512, O=256, n_gpus=1, ideal=True, 
 def _generic():
     from estimator.efficiency.defaults import GENERIC_ENGINE
     return GENERIC_ENGINE
+
+
+def cli(capsys, *argv):
+    """Run ``roofline`` in-process: (exit code, stdout, stderr)."""
+    from estimator.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err

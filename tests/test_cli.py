@@ -9,17 +9,12 @@ import subprocess
 
 import pytest
 
-from estimator.cli import main
+from tests.helpers import cli
 
 REQUIRED_JSON_KEYS = {"ttft_s", "decode_tps_per_seq", "decode_tps_total", "itl_s", "e2e_latency_s",
                       "prefill_bound", "decode_bound", "memory_required_bytes", "memory_available_bytes",
                       "fits", "max_batch"}
 
-
-def cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_estimate_prints_the_report(capsys):
@@ -66,7 +61,7 @@ def test_unknown_model_and_format_are_clear_errors(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--batch", "0"], "argument --batch: expected a whole number from 1 to 1,000,000,000, got '0'"),
     (["--prompt", "0"], "argument --prompt: expected a whole number from 1"),
-    (["--gpus", "3"], "cannot split evenly"),
+    (["--gpus", "3", "--tp", "3"], "cannot split evenly"),
 ])
 def test_impossible_workloads_are_rejected(capsys, argv, message):
     code, out, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", *argv)

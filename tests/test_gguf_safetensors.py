@@ -246,8 +246,14 @@ class TestGGUF:
 
 class TestGGUFErrors:
     def test_unknown_architecture_names_it_and_the_supported(self, tmp_path):
+        path = build_llama(tmp_path / "m.gguf", arch="bloom")
+        with pytest.raises(ConfigurationError, match=r"architecture 'bloom' is not supported; supported: .*llama"):
+            read_gguf(path, count_params)
+
+    def test_a_recurrent_architecture_names_the_missing_mechanism(self, tmp_path):
         path = build_llama(tmp_path / "m.gguf", arch="mamba")
-        with pytest.raises(ConfigurationError, match=r"architecture 'mamba' is not supported; supported: .*llama"):
+        with pytest.raises(ConfigurationError, match=r"architecture 'mamba' uses state-space or recurrent layers other "
+                                                     r"than Gated DeltaNet .* does not model yet"):
             read_gguf(path, count_params)
 
     def test_not_a_gguf_file(self, tmp_path):

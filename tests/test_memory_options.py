@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from estimator.cli import main
 from estimator.errors import ConfigurationError, DatabaseError
 from estimator.evaluation.api import estimate, resolve_calibrated_hardware, resolve_hardware
 from estimator.specs.database import load_database
 from estimator.specs.hardware import Memory
 from estimator.units import GiB
+from tests.helpers import cli
 
 # The entries given options (docs: hardware_db FIXES section 2, sizes verified in the cited source).
 EXPECTED_OPTIONS = {
@@ -34,11 +34,6 @@ EXPECTED_OPTIONS = {
 }
 SOURCE = "https://example.com/spec-sheet"
 
-
-def cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def memory(capacity_gib=64, options=(16, 32, 64), unit="GiB"):

@@ -48,12 +48,14 @@ def test_every_model_has_a_published_count(db):
 
 
 # A model with unmodelled mechanisms (ModelSpec.unmodelled_mechanisms) has shapes that leave out parameters;
-# roofline check shows its comparison as unchecked.
+# roofline check shows its comparison as unchecked. Gemma 3n publishes 'effective' counts without its embedding
+# tables (total_includes_embeddings false), which the comparison follows.
 @pytest.mark.parametrize("name", [m.name for m in load_database().models if m.published_params_checked])
 def test_counts_match_published_within_two_percent(db, name):
     spec = db.models.get(name)
     counts, published = count_params(spec), spec.published_params
-    assert counts.total / 1e9 == pytest.approx(published.total_billion, rel=0.02)
+    total = counts.total_as_published(published.total_includes_embeddings)
+    assert total / 1e9 == pytest.approx(published.total_billion, rel=0.02)
     if published.active_billion is not None:
         active = counts.active_as_published(published.active_includes_embedding)
         assert active / 1e9 == pytest.approx(published.active_billion, rel=0.02)

@@ -113,7 +113,7 @@ def test_report_is_self_contained_html_with_every_section(tmp_path):
     for section in ("requirements", "recommendation", "shortlist", "plots", "sensitivity", "assumptions",
                     "accuracy"):
         assert f'id="{section}"' in html
-    assert len(re.findall(r'src="data:image/png;base64,', html)) == 5
+    assert len(re.findall(r'src="data:image/png;base64,', html)) == 6   # with the percentiles against load
     assert not re.search(r'<(script|link)[^>]+(src|href)="http', html)   # nothing fetched from the network
     with pytest.raises(ConfigurationError, match="--force"):
         write_report(str(_plan_file(tmp_path)), str(out))

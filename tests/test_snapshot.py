@@ -65,8 +65,19 @@ SPECIAL = [
     ["--model", "llama-3.1-8b", "--gpu", "h100", "--rate", "8", "--prefill-gpus", "1", "--decode-gpus", "2",
      "--max-ttft-s", "0.5", "--max-itl-s", "0.03"],
     ["--model", "llama-2-70b", "--gpu", "h100", "--format", "f16"],          # does not fit
-    ["--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "3"],               # heads not divisible
+    ["--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "3"],               # 32 heads on 3 devices: replicas
     ["--model", "no-such-model", "--gpu", "h100"],                             # unknown name
+    # serving under load: the scheduler's cap, request mixes, prefix hits, a KV tier, expert skew, many nodes
+    ["--model", "llama-3.1-8b", "--gpu", "h100", "--concurrency", "600", "--max-num-seqs", "256"],
+    ["--model", "llama-3.1-8b", "--gpu", "h100", "--concurrency", "32", "--lengths", "chat", "--engine", "vLLM"],
+    ["--model", "llama-3.1-70b", "--gpu", "h100", "--gpus", "2", "--format", "fp8", "--rate", "1",
+     "--prefix-hit-rate", "0.7", "--prompt", "8000", "--kv-offload", "cpu", "--kv-offload-gib", "256"],
+    ["--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "4", "--ep", "4", "--expert-skew", "0.8",
+     "--prompt", "4096", "--batch", "8"],
+    ["--model", "llama-3.1-70b", "--gpu", "gb200", "--gpus", "72", "--format", "fp8", "--concurrency", "512"],
+    ["--model", "llama-3.1-8b", "--gpu", "h100", "--max-num-seqs", "8"],       # a cap without a load
+    ["--model", "llama-3.1-8b", "--gpu", "h100", "--expert-skew", "1"],        # skew on a dense model
+    ["--model", "llama-3.1-8b", "--gpu", "h100", "--concurrency", "4", "--lengths", "no-such-preset"],
 ]
 
 

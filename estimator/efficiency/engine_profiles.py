@@ -51,6 +51,25 @@ class BackendVariant(Frozen):
     fit: FitRecord | None = None
 
 
+class SchedulerDefaults(Frozen):
+    """The engine's own cap on the sequences one step runs when the user sets none (vLLM ``max_num_seqs``)."""
+
+    max_num_seqs: int | None = Field(default=None, ge=1, description="None: only the KV cache limits the batch")
+    large_device_max_num_seqs: int | None = Field(default=None, ge=1, description="the cap on large devices")
+    large_device_min_gib: float | None = Field(default=None, gt=0, description="device memory (GiB) from which "
+                                                                               "a device counts as large")
+    large_device_excluded: list[str] = Field(default_factory=list, description="name substrings never large")
+    source: str
+
+    def max_num_seqs_on(self, hardware) -> float:
+        """The cap on ``hardware`` (inf when the engine has none)."""
+        large = (self.large_device_max_num_seqs is not None and self.large_device_min_gib is not None
+                 and hardware.memory_capacity_bytes >= self.large_device_min_gib * 2**30
+                 and not any(x in hardware.name.lower() for x in self.large_device_excluded))
+        cap = self.large_device_max_num_seqs if large else self.max_num_seqs
+        return float("inf") if cap is None else float(cap)
+
+
 class EngineProfile(Frozen):
     name: str
     aliases: list[str] = Field(default_factory=list)
@@ -61,6 +80,8 @@ class EngineProfile(Frozen):
         default_factory=lambda: ["cuda"], description="backends the main parameters describe; any other backend "
                                                       "is a variant, fitted on its own rows")
     backends: dict[str, BackendVariant] = Field(default_factory=dict, description="fitted variants by backend")
+    scheduler: SchedulerDefaults | None = Field(
+        default=None, description="default scheduler limits; None: the engine documents no fixed cap")
     compute_dtypes: list[str] | None = Field(
         default=None, description="the math dtypes the engine's kernels use; a format whose preferred compute "
                                   "dtype is not among them falls back to the next it allows (None: any)")

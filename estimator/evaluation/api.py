@@ -31,7 +31,16 @@ from estimator.evaluation.configurations import Configuration
 from estimator.evaluation.fixed_batch import effective_rates
 from estimator.evaluation.intervals import default_backend, interval_columns
 from estimator.evaluation.results import AXES, ResultTable
-from estimator.serving.workload import DEFAULT_HOST_CPU, Layout, ServingOptions, as_layout, check_layout, check_workload
+from estimator.serving.workload import (
+    DEFAULT_HOST_CPU,
+    Layout,
+    ServingOptions,
+    as_layout,
+    check_layout,
+    check_workload,
+    scale_up_domain,
+)
+from estimator.serving.lengths import length_mix
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import KVFormat, WeightFormat, kv_format, weight_format
 from estimator.specs.hardware import Hardware
@@ -39,7 +48,8 @@ from estimator.specs.model import ModelSpec
 
 # Under a load (concurrency or rate) a sweep also returns the steady state; a saturated row has no latencies.
 LOAD_COLUMNS = ("steady_batch", "request_rate", "saturated", "max_rate", "ttft_prefill_s", "ttft_p50_s", "ttft_p90_s",
-                "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_p99_s")
+                "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_p99_s", "queued_requests",
+                "max_running_sequences")
 # The columns a sweep returns unless ``detail=True`` asks for the ledgers too.
 MAIN_COLUMNS = (
     "ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total", "e2e_latency_s",
@@ -96,7 +106,8 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     layouts : sequence of int or Layout
         Device layouts; an int N means tensor parallelism over N devices.
     serving : ServingOptions
-        KV allocation (paged/contiguous, block size), cached prefix, fused or unfused attention.
+        KV allocation (paged/contiguous, block size), cached prefix, fused or unfused attention, load; with
+        ``lengths`` (a request mix) the mix's mean lengths replace ``prompt_tokens`` and ``output_tokens``.
     calibrations : dict
         Calibration profiles by hardware name: their measured device efficiencies replace the defaults.
     engine : str or EngineProfile
@@ -129,7 +140,10 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     kvs = [resolve_kv_format(k) for k in kv_formats]
     layout_specs = [as_layout(v) for v in layouts]
     serving = serving or ServingOptions()
-    check_workload(batches, prompt_tokens, output_tokens)
+    if serving.lengths:   # a request mix: its mean lengths replace the given ones
+        mix = length_mix(serving.lengths)
+        prompt_tokens, output_tokens = [mix.mean_prompt_tokens], [mix.mean_output_tokens]
+    check_workload(batches, prompt_tokens, output_tokens, mean_lengths=bool(serving.lengths))
     serving.check(prompt_tokens, model_specs, layout_specs)
     for spec in model_specs:
         for layout in layout_specs:
@@ -170,7 +184,8 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         peak_linear_flops_per_s=peaks.T.reshape(1, sizes[1], sizes[2], 1, 1, 1, 1, 1),
         layout={k: values_on_axis([x.columns()[k] for x in layout_specs], 4) for k in layout_specs[0].columns()},
         B=values_on_axis(batches, 5), T=values_on_axis(prompt_tokens, 6),
-        O=values_on_axis(output_tokens, 7), serving=serving.columns(), engine=parameters)
+        O=values_on_axis(output_tokens, 7), serving=_serving_columns(serving, profile_engine, devices, values_on_axis),
+        engine=parameters, end_step=detail)
     main = MAIN_COLUMNS + (LOAD_COLUMNS if serving.under_load else ())
     keep = results if detail else {k: results[k] for k in main}
     columns = {k: np.broadcast_to(v, sizes).ravel() for k, v in keep.items()}
@@ -238,6 +253,14 @@ def _device_of(profile: CalibrationProfile) -> Hardware:
                              f"{problem}")
 
 
+def _serving_columns(serving: ServingOptions, profile_engine: EngineProfile, devices, on_device_axis) -> dict:
+    """The serving columns, with the engine's own cap on running sequences per device when none is given."""
+    columns = serving.columns()
+    if serving.under_load and serving.max_num_seqs is None and profile_engine.scheduler is not None:
+        columns["max_num_seqs"] = on_device_axis([profile_engine.scheduler.max_num_seqs_on(d) for d in devices], 1)
+    return columns
+
+
 def _not_finite(value) -> bool:
     """JSON has no inf or NaN: such values are written as null."""
     return isinstance(value, float) and not np.isfinite(value)
@@ -282,7 +305,7 @@ class Estimate(Configuration):
         speed_keys = {"ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total",
                       "e2e_latency_s", "tpot_inclusive_s", "throughput_out_tps", "throughput_out_tps_per_gpu",
                       "ttft_prefill_s", "request_rate", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s",
-                      "itl_p90_s", "itl_p99_s", "e2e_p99_s"}
+                      "itl_p90_s", "itl_p99_s", "e2e_p99_s", "itl_end_s", "kv_tier_load_s"}
         speed_keys |= {f"{k}_{end}" for k in speed_keys for end in ("low", "high")}
         results = {k: (None if (k in speed_keys and not self.runnable) or _not_finite(v) else v)
                    for k, v in self.results.items()}
@@ -298,14 +321,17 @@ class Estimate(Configuration):
 
 
 def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None = None, tp: int | None = None,
-             pp: int = 1, ep: int = 1, devices_per_node: int = 8, network_gbps: float = 400.0,
+             pp: int = 1, ep: int = 1, devices_per_node: int | None = None, network_gbps: float = 400.0,
              weight_format: str | None = None, kv_format: str = "f16", batch: int = 1,
              prompt_tokens: int = 512, output_tokens: int = 256, kv_alloc: str = "paged", kv_block_tokens: int = 16,
              prefix_tokens: int = 0, attention: str = "fused", offload: str = "none", gpu_layers: int | None = None,
              cpu_moe: int | str = 0,
              host_cpu: str = DEFAULT_HOST_CPU, draft_model: str | None = None, draft_tokens: int = 0,
              acceptance: float = 0.7, draft_cost: float = 0.0, concurrency: int = 0, rate: float = 0.0,
-             chunked_prefill: int = 0, calibration: str | CalibrationProfile | None = "auto",
+             chunked_prefill: int = 0, max_num_seqs: int | None = None, prefix_hit_rate: float = 0.0,
+             lengths: str | None = None, expert_skew: float = 0.0, kv_offload: str = "none",
+             kv_offload_gib: float = 0.0,
+             calibration: str | CalibrationProfile | None = "auto",
              engine: str | EngineProfile = "generic", db: Database | None = None) -> Estimate:
     """Estimate TTFT, decode speed and memory fit for one configuration.
 
@@ -335,18 +361,29 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
         profile_engine = profile_engine.on_backend(default_backend(device.vendor, device.device_class.value))
     if tp is None and n_gpus and profile_engine.multi_gpu == "layers" and pp == 1:
         tp, pp = 1, n_gpus   # this engine splits layers across devices: a pipeline
-    layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep, devices_per_node=devices_per_node,
+    # a scale-up domain: as given, else the device's own (an NVL72 rack: 72), else an 8-device board
+    devices_per_node = devices_per_node or scale_up_domain(device)
+    layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep, model=spec, devices_per_node=devices_per_node,
                                  network_gbps=network_gbps)
     serving = _serving(kv_alloc=kv_alloc, kv_block_tokens=kv_block_tokens, prefix_tokens=prefix_tokens,
                        attention=attention, offload=offload, gpu_layers=gpu_layers, cpu_moe=cpu_moe,
                        host_cpu=host_cpu,
                        draft_model=draft_model, draft_tokens=draft_tokens, acceptance=acceptance, draft_cost=draft_cost,
-                       concurrency=concurrency, rate=rate, chunked_prefill=chunked_prefill)
+                       concurrency=concurrency, rate=rate, chunked_prefill=chunked_prefill,
+                       max_num_seqs=max_num_seqs, prefix_hit_rate=prefix_hit_rate, lengths=lengths,
+                       expert_skew=expert_skew, kv_offload=kv_offload, kv_offload_gib=kv_offload_gib)
+    if lengths:   # the mix's mean lengths are the workload's
+        mix = length_mix(lengths)
+        prompt_tokens, output_tokens = mix.mean_prompt_tokens, mix.mean_output_tokens
     table = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
                   [layout], serving=serving, detail=True, db=db, engine=profile_engine,
                   calibrations=None if profile is None else {device.name: profile})
     row = table.row(0)
     warnings = []
+    if tp is None and layout.dp > 1:
+        warnings.append(f"layout chosen: {layout.label} (tensor parallelism within one scale-up domain of "
+                        f"{devices_per_node} devices, over ranks that split {spec.name}'s heads; replicas beyond); "
+                        "give --tp to choose")
     source = "datasheet peaks x default device efficiencies (no calibration profile)"
     source += f"; engine profile {profile_engine.name} ({'fitted' if profile_engine.fit else 'prior, not fitted'})"
     if profile is not None:

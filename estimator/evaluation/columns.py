@@ -15,6 +15,7 @@ import numpy as np
 
 from estimator.efficiency.defaults import CLASS_ORDER, GENERIC_ENGINE, EngineDefaults, compute_ceiling, device_defaults
 from estimator.errors import ConfigurationError
+from estimator.physics.flops import STATE_FLOPS_PER_ELEMENT
 from estimator.physics.params import count_params, mlp_matrices
 from estimator.specs.formats import KVFormat, WeightFormat
 from estimator.specs.hardware import Hardware
@@ -49,6 +50,8 @@ def _model_row(model: ModelSpec) -> dict[str, float]:
     n_mat = mlp_matrices(s)
     moe = s.moe
     ffn_width = s.intermediate_size if moe is None else moe.experts_per_token * moe.expert_intermediate_size
+    attention_io = (s.hidden_size + (s.num_attention_heads * (1 + s.attention_output_gate) + 2 * s.num_kv_heads)
+                    * s.head_dim + s.num_attention_heads * s.head_dim + s.hidden_size)   # QKV proj in/out, O in/out
     return {
         "hidden": s.hidden_size,
         "layers": s.num_layers,
@@ -60,8 +63,8 @@ def _model_row(model: ModelSpec) -> dict[str, float]:
         "is_mla": float(s.mla is not None),
         "vocab": s.vocab_size,
         "max_context": s.max_context,
-        # weights always streamed: attention, dense MLPs, shared experts, routers
-        "params_dense_linear": p.attention + p.dense_mlp + p.shared_experts + p.router,
+        # weights always streamed: attention, dense MLPs, shared experts, routers (and docs/formulas.md §15 roles)
+        "params_dense_linear": p.dense_linear,
         "params_routed_one": p.routed_expert_one,      # one expert of one MoE layer
         "moe_layers": p.num_moe_layers,
         "experts": p.num_experts,
@@ -78,12 +81,71 @@ def _model_row(model: ModelSpec) -> dict[str, float]:
         "q_elems_per_token_layer": s.num_attention_heads * s.head_dim,
         # matmul inputs and outputs each token reads and writes per layer (activation traffic)
         "act_elems_per_token_layer": (
-            s.hidden_size + (s.num_attention_heads + 2 * s.num_kv_heads) * s.head_dim   # QKV proj in/out
-            + s.num_attention_heads * s.head_dim + s.hidden_size                        # O proj in/out
+            _mixer_io(s, attention_io)
             + s.hidden_size + (n_mat - 1) * ffn_width                                   # up/gate in/out
             + ffn_width + s.hidden_size                                                 # down in/out
-            + 4 * s.hidden_size),                                                       # norms, residual adds
+            + 4 * s.hidden_size                                                         # norms, residual adds
+            + _gemma3n_io(s)),
         "ffn_width": ffn_width * (n_mat - 1),
+        **mechanism_columns(s, p),
+    }
+
+
+def _mixer_io(s, attention_io: int) -> int | float:
+    """Token mixer in/out elements per layer: attention's, or the mean with Gated DeltaNet layers'.
+
+    See docs/formulas.md §15.1.
+    """
+    la = s.linear_attention
+    if la is None:
+        return attention_io
+    key_dim, value_dim = la.num_key_heads * la.key_head_dim, la.num_value_heads * la.value_head_dim
+    linear_io = s.hidden_size + 2 * key_dim + 2 * value_dim + 2 * la.num_value_heads + value_dim + s.hidden_size
+    return (s.num_attention_layers * attention_io + s.num_linear_layers * linear_io) / s.num_layers
+
+
+def _gemma3n_io(s) -> int:
+    """AltUp's n-wide residual (predict and correct read and write it), per-layer-input and LAuReL in/out.
+
+    See docs/formulas.md §15.3.
+    """
+    d, ple = s.hidden_size, s.per_layer_embeddings
+    altup = 4 * s.altup_num_inputs * d if s.altup_num_inputs > 1 else 0
+    per_layer = 0 if ple is None else 2 * (d + ple.hidden_size_per_layer_input)
+    return altup + per_layer + (2 * (d + s.laurel_rank) if s.laurel_rank else 0)
+
+
+# Lightning-indexer keys are FP8 with a float32 scale per 128 values (DeepSeek-V3.2-Exp inference/model.py,
+# k_cache and k_scale_cache; vLLM's indexer cache holds the same 132 bytes for d_i = 128): docs/formulas.md §15.2.
+INDEX_KEY_BITS, INDEX_SCALE_BLOCK, INDEX_SCALE_BYTES = 8, 128, 4
+
+
+def mechanism_columns(s, p) -> dict[str, float]:
+    """Columns of Gated DeltaNet state, sparse attention, KV sharing and per-layer embeddings (docs/formulas.md §15).
+
+    Every one is 0 for a plain transformer, and ``attn_layers`` / ``kv_layers`` equal ``layers``, so the
+    formulas reduce to the plain ones bit for bit.
+    """
+    la, sa, ple = s.linear_attention, s.sparse_attention, s.per_layer_embeddings
+    recurrent = 0 if la is None else la.num_value_heads * la.key_head_dim * la.value_head_dim
+    conv = 0 if la is None else la.conv_channels * (la.conv_kernel_dim - 1)    # vLLM keeps K - 1 columns
+    return {
+        "attn_layers": s.num_attention_layers,                       # softmax attention: reads, FLOPs
+        "kv_layers": s.num_attention_layers - s.num_kv_shared_layers,  # hold their own cache: capacity, writes
+        "kv_local_layers": s.num_local_layers - s.num_kv_shared_local_layers,
+        "params_unused": p.unused,                                   # stored, never multiplied
+        "params_per_layer_embedding": p.per_layer_embedding,         # held in host memory
+        "ple_elems_per_token": 0 if ple is None else s.num_layers * ple.hidden_size_per_layer_input,
+        # Gated DeltaNet: state elements per sequence over all linear layers, and its update FLOPs per token
+        "state_elems_per_sequence": s.num_linear_layers * (recurrent + conv),
+        "recurrent_elems_per_sequence": s.num_linear_layers * recurrent,
+        "state_flops_per_token": s.num_linear_layers * STATE_FLOPS_PER_ELEMENT * recurrent,
+        "state_heads": 1 if la is None else la.num_key_heads,
+        # DeepSeek Sparse Attention: top-k cap (0 = none), indexer key bytes and FLOPs per (query, key) pair
+        "attn_topk": 0 if sa is None else sa.index_topk,
+        "index_key_bytes_per_token_layer": 0 if sa is None else (
+            sa.index_head_dim * INDEX_KEY_BITS / 8 + -(-sa.index_head_dim // INDEX_SCALE_BLOCK) * INDEX_SCALE_BYTES),
+        "index_flops_per_pair_layer": 0 if sa is None else 2 * sa.index_n_heads * (sa.index_head_dim + 1),
     }
 
 

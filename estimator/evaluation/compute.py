@@ -11,13 +11,15 @@ import numpy as np
 from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults
 from estimator.evaluation.fixed_batch import DEFAULT_SERVING, results_at_batch
 from estimator.serving.continuous_batching import max_sustainable_rate, steady_state
+from estimator.serving.lengths import LengthMix, batch_that_fits, request_spread
 
 # Latency percentiles under a load, from estimator.serving.percentiles.
 PERCENTILE_COLUMNS = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_p99_s")
 
 
 def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=None,
-             engine: EngineDefaults = GENERIC_ENGINE, host=None, draft=None) -> dict[str, np.ndarray]:
+                    engine: EngineDefaults = GENERIC_ENGINE, host=None, draft=None,
+                    end_step: bool = False) -> dict[str, np.ndarray]:
     """Prefill, decode and memory for every configuration the inputs broadcast to.
 
     With a load in ``serving`` (``concurrency`` C or ``rate`` R, optionally
@@ -25,41 +27,87 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     of continuous batching is found first (:mod:`estimator.serving.continuous_batching`) and every
     result is given at that batch, with TTFT including queueing. Otherwise
     :func:`~estimator.evaluation.fixed_batch.results_at_batch` runs at batch ``B``. Parameters are those of
-    :func:`results_at_batch`.
+    :func:`results_at_batch` (``end_step``: also the last decode step's time, ``itl_end_s``).
     """
     serving = {**DEFAULT_SERVING, **(serving or {})}
     if not (serving["concurrency"] or serving["rate"]):
-        return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving, engine, host, draft)
+        return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving, engine, host, draft,
+                                end_step)
 
-    def at(batch):
-        return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, batch, T, O, layout, serving, engine, host,
-                                draft)
+    mix = serving["length_mix"]
+    # with a length mix, decode and memory run at the lengths of the batch's (length-biased) mean sequence
+    T_run, O_run = (T, O) if mix is None else (np.asarray(T, dtype=float) * 0 + v for v in mix.decode_lengths())
 
-    one = at(np.ones_like(np.asarray(B, dtype=float)))
-    state = steady_state(lambda n: at(n)["itl_s"], one["ttft_s"], np.asarray(T, dtype=float) - serving["prefix_tokens"],
-                         O, serving["concurrency"], serving["rate"], one["max_batch"], serving["chunk_tokens"])
+    def at(batch, prompts=T_run, outputs=O_run, expand=lambda d: d):
+        return results_at_batch(expand(m), expand(hw), expand(f), expand(kv), expand(peak_linear_flops_per_s), batch,
+                                prompts, outputs, expand(layout), expand(serving), engine, expand(host), expand(draft))
+
+    # Each of the dp replicas is its own engine serving 1/dp of the load: the steady state is solved
+    # per replica (batches, concurrency and rate divided by dp) and scaled back up.
+    dp = np.asarray(layout["dp"], dtype=float)
+    one = at(dp + 0 * np.asarray(B, dtype=float))          # one prompt on each replica
+    requests = _requests(one) if mix is None else _requests_of_mix(at, dp, T_run, mix)
+    max_batch = one["max_batch"] / dp if mix is None else \
+        batch_that_fits(one["max_batch"] / dp, float(sum(mix.decode_lengths())), mix.final_length_spread())
+    state = steady_state(lambda n: at(n * dp)["itl_s"], requests["prefill_s"],
+                         np.asarray(T, dtype=float) - requests["cached_tokens"], O, serving["concurrency"] / dp,
+                         serving["rate"] / dp, max_batch, serving["chunk_tokens"], prefill_scv=requests["scv"],
+                         max_num_seqs=serving["max_num_seqs"])
+    steady = state["steady_batch"] * dp
     # a saturated engine runs full while its queue grows: report it at the largest batch that fits
-    batch = np.where(state["saturated"], np.maximum(np.minimum(state["steady_batch"], one["max_batch"]), 1),
-                     state["steady_batch"])
-    out = at(batch)
+    batch = np.where(state["saturated"], np.maximum(np.minimum(steady, np.floor(max_batch) * dp), dp), steady)
+    out = results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, batch, T_run, O_run, layout, serving, engine,
+                           host, draft, end_step)
     finite_itl = np.where(np.isfinite(state["itl_s"]) & ~state["saturated"], state["itl_s"], np.nan)
+    if end_step:   # the last step of a generation, with the same prefill stalls as the mean step
+        out["itl_end_s"] = out["itl_end_s"] * finite_itl / out["itl_s"]
+    request_rate = state["request_rate"] * dp
     out.update({
-        "ttft_prefill_s": one["ttft_s"],
+        "ttft_prefill_s": requests["prefill_s"],
+        "kv_tier_load_s": one["kv_tier_load_s"],      # per prompt, as the prefill above
         "ttft_s": state["ttft_s"],
         "itl_s": finite_itl,
         "decode_tps_per_seq": 1.0 / finite_itl,
-        "decode_tps_total": state["steady_batch"] / finite_itl,
-        "e2e_latency_s": state["ttft_s"] + out["decode_steps"] * finite_itl,
-        "throughput_out_tps": state["request_rate"] * np.asarray(O, dtype=float),
-        "throughput_out_tps_per_gpu": state["request_rate"] * np.asarray(O, dtype=float)
-        / (np.asarray(layout["tp"]) * np.asarray(layout["pp"]) * np.asarray(layout["dp"])),
-        "request_rate": state["request_rate"],
+        "decode_tps_total": steady / finite_itl,
+        "e2e_latency_s": state["ttft_s"] + np.maximum(np.asarray(O, dtype=float) - 1, 0) * finite_itl,
+        "throughput_out_tps": request_rate * np.asarray(O, dtype=float),
+        "throughput_out_tps_per_gpu": request_rate * np.asarray(O, dtype=float)
+        / (np.asarray(layout["tp"]) * np.asarray(layout["pp"]) * dp),
+        "request_rate": request_rate,
         "steady_batch": batch,
         "saturated": state["saturated"],
-        "max_rate": max_sustainable_rate(at(np.maximum(one["max_batch"], 1))["itl_s"], one["ttft_s"], O,
-                                         np.maximum(one["max_batch"], 1)),
+        "queued_requests": state["queued_requests"] * dp,
+        # the running-batch limit over all replicas: the KV cache's capacity or the scheduler's max_num_seqs
+        "max_running_sequences": state["slots"] * dp,
+        "max_rate": max_sustainable_rate(at(state["slots"] * dp)["itl_s"], one["ttft_s"], O, state["slots"]) * dp,
     })
     out["tpot_inclusive_s"] = out["e2e_latency_s"] / np.asarray(O, dtype=float)
     # percentiles of the queueing model (docs/formulas.md §14); NaN (null) when saturated
-    out.update({k: np.where(state["saturated"], np.nan, state[k]) for k in PERCENTILE_COLUMNS})
+    # a request's own lengths spread its TTFT and E2E beyond the queue's spread (docs/formulas.md §14)
+    shifts = {f"ttft_{q}_s": requests[f"prefill_{q}_shift_s"] for q in ("p50", "p90", "p99")}
+    shifts["e2e_p99_s"] = requests["prefill_p99_shift_s"] + requests["output_p99_extra"] * finite_itl
+    out.update({k: np.where(state["saturated"], np.nan, state[k] + shifts.get(k, 0.0)) for k in PERCENTILE_COLUMNS})
+    if mix is not None:
+        out["max_batch"] = out["max_concurrency"] = np.floor(max_batch) * dp
     return out
+
+
+def _requests(one: dict) -> dict:
+    """Every request alike: one prompt's prefill, no spread."""
+    zero = 0.0 * one["ttft_s"]
+    return {"prefill_s": one["ttft_s"], "scv": zero, "cached_tokens": one["cached_tokens"],
+            "prefill_p50_shift_s": zero, "prefill_p90_shift_s": zero, "prefill_p99_shift_s": zero,
+            "output_p99_extra": zero}
+
+
+def _requests_of_mix(at, dp, T_run, mix: LengthMix) -> dict:
+    """The prefill of every request of the mix (a trailing axis), reduced by :func:`request_spread`."""
+    def expand(d):
+        if isinstance(d, dict):
+            return {k: np.asarray(v)[..., None] if isinstance(v, np.ndarray) and v.ndim else v for k, v in d.items()}
+        return np.asarray(d)[..., None] if isinstance(d, np.ndarray) and d.ndim else d
+
+    prompts = np.asarray(T_run, dtype=float)[..., None] * 0 + mix.prompt_tokens
+    outputs = np.asarray(T_run, dtype=float)[..., None] * 0 + mix.output_tokens
+    each = at(np.asarray(dp)[..., None], prompts, outputs, expand)
+    return {**request_spread(each["ttft_s"], mix.output_tokens), "cached_tokens": each["cached_tokens"].mean(axis=-1)}

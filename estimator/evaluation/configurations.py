@@ -34,8 +34,8 @@ class Configuration:
     kv_format: KVFormat
     layout: Layout
     batch: int
-    prompt_tokens: int
-    output_tokens: int
+    prompt_tokens: float   # whole in an estimate; a dataset's mean in a predicted row
+    output_tokens: float
 
 
 def _gather(items, columns_of):
@@ -68,7 +68,7 @@ class ConfigurationColumns:
     @classmethod
     def of(cls, configs: Sequence[Configuration], physical_limit: bool = False) -> "ConfigurationColumns":
         check_workload([c.batch for c in configs], [c.prompt_tokens for c in configs],
-                       [c.output_tokens for c in configs])
+                       [c.output_tokens for c in configs], mean_lengths=True)
         m, _, _ = _gather([c.model for c in configs], model_columns)
         hw, devices, hw_index = _gather([c.hardware for c in configs], lambda u: hardware_columns(u, physical_limit))
         formats = list({id(c.weight_format): c.weight_format for c in configs}.values())

@@ -17,10 +17,13 @@ from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults, bandwi
 from estimator.errors import ConfigurationError
 from estimator.physics import flops as fl
 from estimator.physics import traffic as tr
+from estimator.physics.expert_skew import busiest_rank, distinct_experts
+from estimator.physics.kv_tiers import DISK, DISK_READ_BYTES_PER_S, tier_load_time
 from estimator.physics.kvcache import PAGED_BLOCK_TOKENS
-from estimator.physics.memory import memory_fit
+from estimator.physics.memory import kv_cache_bytes_per_sequence, memory_fit
 from estimator.physics.offload import (
     DEFAULT_UBATCH_TOKENS,
+    HOST_LINK_EFFICIENCY,
     LAYERS,
     NONE,
     cpu_expert_bytes_stored,
@@ -46,7 +49,8 @@ from estimator.physics.speculative import expected_tokens
 DEFAULT_SERVING = {"paged": True, "block_tokens": PAGED_BLOCK_TOKENS, "prefix_tokens": 0, "fused_attention": True,
                    "offload": NONE, "gpu_layers": 0, "cpu_moe": 0.0,
                    "ubatch_tokens": DEFAULT_UBATCH_TOKENS, "spec_tokens": 0, "acceptance": 0.0, "draft_cost": 0.0,
-                   "concurrency": 0.0, "rate": 0.0, "chunk_tokens": 0.0}
+                   "concurrency": 0.0, "rate": 0.0, "chunk_tokens": 0.0, "max_num_seqs": np.inf, "prefix_hit_rate": 0.0,
+                   "length_mix": None, "expert_skew": 0.0, "kv_tier": 0, "kv_tier_bytes": 0.0}
 PARTS = ("linear_s", "attention_s", "communication_s", "offload_s", "overhead_s", "compute_s", "memory_s")
 
 
@@ -87,8 +91,34 @@ class _Setup:
     pp_link: np.ndarray        # bytes/s between pipeline stages
 
 
+def _skewed(s: _Setup, flops: dict, bytes_: dict, tokens) -> tuple[dict, dict]:
+    """Ledgers under skewed routing (:mod:`estimator.physics.expert_skew`): the replica reads fewer distinct
+    experts; its FLOPs are unchanged."""
+    m = s.m
+    fewer = distinct_experts(m["experts"], m["experts_per_token"], tokens, s.serving["expert_skew"]) \
+        - tr.expected_experts(m["experts"], m["experts_per_token"], tokens)
+    one_expert_bytes = m["moe_layers"] * m["params_routed_one"] * s.f["expert_bits"] / 8
+    return flops, {**bytes_, "weights": bytes_["weights"] + fewer * one_expert_bytes}
+
+
+def _busiest_rank(s: _Setup, flops: dict, bytes_: dict, tokens) -> tuple[dict, dict]:
+    """Under expert parallelism with skew, the busiest rank's expert FLOPs and bytes, counted ×ep as a replica
+    total (the pass divides by the devices): every MoE layer waits for it."""
+    m, skew, ep = s.m, s.serving["expert_skew"], s.ep
+    share, busiest = busiest_rank(m["experts"], m["experts_per_token"], tokens, skew, ep)
+    spread = distinct_experts(m["experts"], m["experts_per_token"], tokens, skew)
+    one_expert_bytes = m["moe_layers"] * m["params_routed_one"] * s.f["expert_bits"] / 8
+    expert_flops = 2 * m["params_routed_one"] * m["experts_per_token"] * m["moe_layers"] * tokens
+    uneven = (ep > 1) & (m["moe_layers"] > 0)
+    linear = flops["linear"] + np.where(uneven, expert_flops * (share * ep - 1), 0.0)
+    weights = bytes_["weights"] + np.where(uneven, (busiest * ep - spread) * one_expert_bytes, 0.0)
+    return {**flops, "linear": linear}, {**bytes_, "weights": weights}
+
+
 def _stage(s: _Setup, flops: dict, bytes_: dict, tokens) -> dict:
     """One pipeline-stage pass of a micro-batch of ``tokens`` new tokens, offload included."""
+    if np.any(np.asarray(s.serving["expert_skew"]) > 0):
+        flops, bytes_ = _busiest_rank(s, flops, bytes_, tokens)
     devices = s.tp * s.pp
     overhead_s = s.m["layers"] / s.pp * s.engine.per_layer_s
     communication_s = stage_communication_time(s.m, s.hw, tokens, s.tp, s.pp, s.ep, s.engine.allreduce_latency_s,
@@ -145,8 +175,13 @@ def _host_step_s(s: _Setup, b, micro):
 
 def _decode(s: _Setup, b, micro, spans, q=1):
     """Ledgers and phase times of one decode step (q new tokens per sequence) of micro-batches of b."""
-    flops = fl.decode_flops(s.m, b, *spans, q=q)
-    bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, *spans, s.tp, s.serving["fused_attention"], q=q)
+    span_global, span_local, span_topk = spans
+    span_topk = np.where(s.m["attn_topk"] > 0, span_topk, span_global)   # a draft model may have no top-k cap
+    flops = fl.decode_flops(s.m, b, span_global, span_local, span_topk, q=q)
+    bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, span_global, span_local, s.tp, s.serving["fused_attention"],
+                             q=q, span_topk=span_topk)
+    if np.any(np.asarray(s.serving["expert_skew"]) > 0):
+        flops, bytes_ = _skewed(s, flops, bytes_, b * q)
     phase = _phase(_stage(s, flops, bytes_, b * q), np.maximum(micro, s.pp), _host_step_s(s, b, micro),
                    pipeline_transfer_time(s.m, b * q, s.pp, s.engine.allreduce_latency_s, s.pp_link))
     return flops, bytes_, phase
@@ -157,6 +192,8 @@ def _prefill(s: _Setup, b, micro, T, cached):
     flops = fl.prefill_flops(s.m, b, T, cached)
     bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, s.serving["fused_attention"], cached)
     new_tokens = b * (T - cached)
+    if np.any(np.asarray(s.serving["expert_skew"]) > 0):
+        flops, bytes_ = _skewed(s, flops, bytes_, new_tokens)
     phase = _phase(_stage(s, flops, bytes_, new_tokens), micro + s.pp - 1, _host_step_s(s, b, micro),
                    pipeline_transfer_time(s.m, new_tokens, s.pp, s.engine.allreduce_latency_s, s.pp_link))
     return flops, bytes_, phase
@@ -176,7 +213,8 @@ def _speculative(s: _Setup, draft: dict | None, b, micro, spans, plain_step_s, T
 
 
 def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=None,
-                   engine: EngineDefaults = GENERIC_ENGINE, host=None, draft=None) -> dict[str, np.ndarray]:
+                   engine: EngineDefaults = GENERIC_ENGINE, host=None, draft=None,
+                   end_step: bool = False) -> dict[str, np.ndarray]:
     """Prefill, decode and memory for every configuration the inputs broadcast to.
 
     Parameters
@@ -191,7 +229,8 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
         ``tp``, ``pp``, ``ep``, ``dp`` arrays, optionally ``node`` (devices per scale-up domain) and
         ``network_bytes_per_s`` (:mod:`estimator.physics.parallel`).
     serving : dict
-        ``paged`` KV allocation, ``block_tokens``, cached ``prefix_tokens`` per prompt,
+        ``paged`` KV allocation, ``block_tokens``, cached ``prefix_tokens`` per prompt (stored once),
+        ``prefix_hit_rate`` (the share of the other prompt tokens found in the prefix cache),
         ``fused_attention``, ``offload`` mode and ``gpu_layers``, ``cpu_moe`` (MoE layers whose routed
         experts are in host memory; ``inf``: all) and ``ubatch_tokens`` (:data:`DEFAULT_SERVING`).
     host : dict, optional
@@ -199,6 +238,8 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
         and for experts on the host (needed when ``cpu_moe`` > 0).
     draft : dict, optional
         Model columns of a draft model for speculative decoding (``spec_tokens`` > 0 in ``serving``).
+    end_step : bool
+        Also time the generation's last decode step (``itl_end_s``, at the full context P + O).
 
     Notes
     -----
@@ -212,7 +253,12 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     B, T, O = (np.asarray(a, dtype=float) for a in (B, T, O))
     tp, pp, ep, dp = (np.asarray(layout[k], dtype=float) for k in ("tp", "pp", "ep", "dp"))
     serving = {**DEFAULT_SERVING, **(serving or {})}
-    cached = np.asarray(serving["prefix_tokens"], dtype=float)
+    # prompt tokens served from cache: the shared prefix, and a share H of the rest (a prefix-cache hit
+    # rate, docs/formulas.md §14): they skip prefill, but attention still spans the whole prompt. The
+    # last prompt token is always computed (its logits start the output), as engines do on a full hit.
+    prefix = np.asarray(serving["prefix_tokens"], dtype=float)
+    cached = np.maximum(np.minimum(prefix + np.asarray(serving["prefix_hit_rate"], dtype=float) * (T - prefix),
+                                   T - 1), prefix)
     kv_bits = kv["kv_bits"]
     replica_batch = B / dp
     micro = micro_batches(replica_batch, pp)
@@ -236,17 +282,22 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
                host, share, cpu_layers, tp_link_bytes_per_s(hw, tp, node, network), pp_link_bytes_per_s(hw, tp, pp, node, network))
 
     prefill_flops, prefill_bytes, prefill = _prefill(s, b, micro, T, cached)
+    tier_s = _tier_load_s(s, memory, b, micro, cached - prefix, tp * pp)
     lo, hi, steps = decode_context_range(T, O)
     span_global = mean_span(lo, hi, 0)
-    spans = (span_global, mean_span(lo, hi, m["window"]))
+    # mean attended tokens: all, within the window, within a sparse-attention top-k (docs/formulas.md §15.2)
+    spans = (span_global, mean_span(lo, hi, m["window"]), mean_span(lo, hi, m["attn_topk"]))
     decode_flops, decode_bytes, decode = _decode(s, b, micro, spans)
-    ttft_s, itl_s = prefill["time_s"], decode["time_s"]
+    ttft_s, itl_s = prefill["time_s"] + tier_s, decode["time_s"]
     if serving["spec_tokens"] > 0:
         itl_s, draft_prefill_s = _speculative(s, draft, b, micro, spans, decode["time_s"], T, cached)
         ttft_s = ttft_s + draft_prefill_s
 
     out = _speeds(B, T, O, cached, ttft_s, itl_s, steps)
     out["speculative_speedup"] = decode["time_s"] / itl_s
+    if end_step:   # the last step attends to the whole context: where a long (reasoning) output ends
+        end = (hi, mean_span(hi, hi, m["window"]), mean_span(hi, hi, m["attn_topk"]))
+        out["itl_end_s"] = _decode(s, b, micro, end)[2]["time_s"] * itl_s / decode["time_s"]
     out.update({
         "micro_batches": micro,
         "prefill_bound": prefill["bound"],
@@ -258,6 +309,12 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
         # the same, counted in concurrent sequences over all replicas and micro-batches
         "compute_bound_concurrency": _critical_batch(s, b) * micro * dp,
         "mean_decode_context": span_global,
+        "cached_tokens": cached + 0 * B,
+        "kv_tier_load_s": tier_s + 0 * B,
+        # prompt tokens the prefix cache can keep: the device's free KV space and the second tier, if any
+        "prefix_cache_tokens": (np.maximum(memory["memory_available_bytes"] - memory["memory_required_bytes"], 0)
+                                + np.asarray(serving["kv_tier_bytes"], dtype=float) / (tp * pp))
+        / (kv_cache_bytes_per_sequence(m, kv_bits, 1.0, tp) / (tp * pp)),
     })
     for phase, times in (("prefill", prefill), ("decode", decode)):
         out.update({f"{phase}_{key}": times[key] for key in PARTS})
@@ -269,13 +326,26 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     out.update(memory)
     out["max_batch"] = out["max_batch"] * dp
     out["max_concurrency"] = out["max_batch"]
-    out["kv_cache_bytes_per_token"] = tr.kv_bytes_per_token_layer(m, kv_bits) * m["layers"] + 0 * B
+    out["kv_cache_bytes_per_token"] = tr.kv_bytes_per_token(m, kv_bits) + 0 * B
     out["offloaded_bytes"] = tr.weight_bytes_stored(m, f) / (tp * pp) * (1 - share) + host_experts
     out["throughput_out_tps_per_gpu"] = out["throughput_out_tps"] / (tp * pp * dp)
     out["kv_crossover_tokens"] = tr.kv_crossover_tokens(m, f, kv_bits, b, tp)
     # how much faster the same configuration would decode with everything on the device
     out["offload_slowdown"] = decode["time_s"] / decode["if_fit_s"]
     return out
+
+
+def _tier_load_s(s: _Setup, memory: dict, b, micro, hit_tokens, devices):
+    """Copying the prefix-cache hits held in a second KV tier back to the device, per prefill of the micro-batches
+    (:mod:`estimator.physics.kv_tiers`)."""
+    tier_bytes = np.asarray(s.serving["kv_tier_bytes"], dtype=float)
+    if not np.any(tier_bytes > 0):
+        return 0.0
+    rate = np.where(s.serving["kv_tier"] == DISK, DISK_READ_BYTES_PER_S / devices,   # one drive per replica
+                    s.hw["host_link_bytes_per_s"] * HOST_LINK_EFFICIENCY)
+    free = memory["memory_available_bytes"] - memory["memory_required_bytes"]
+    hit_bytes = kv_cache_bytes_per_sequence(s.m, s.kv_bits, hit_tokens, s.tp) / devices * b * micro
+    return tier_load_time(hit_bytes, tier_bytes / devices, free, rate)
 
 
 def _speeds(B, T, O, cached, prefill_s, itl_s, steps) -> dict:

@@ -8,7 +8,9 @@ available = capacity × usable fraction
   kept in host memory (``host_weight_bytes``; llama.cpp ``--n-cpu-moe``).
 - The KV cache is allocated for the whole context (prompt + output) of every
   sequence, in paged blocks or contiguously (:mod:`estimator.physics.kvcache`); a cached
-  prefix is stored once; sliding-window layers keep at most W tokens.
+  prefix is stored once; sliding-window layers keep at most W tokens; layers that share
+  an earlier layer's cache hold none, and Gated DeltaNet layers hold a fixed-size state
+  per sequence instead (docs/formulas.md §15).
 - The activation workspace is the prefill peak: one layer's matmul outputs for
   the prompt tokens of one forward pass, the fp32 logits of the last positions
   and, without fused attention, one layer's T×T score matrices. Engines prefill
@@ -27,15 +29,19 @@ from estimator.physics.traffic import (
     LOGIT_BYTES,
     kv_bytes_per_token_layer,
     kv_replication,
+    state_bytes_per_sequence,
     weight_bytes_stored,
 )
 
 
 def kv_cache_bytes_per_sequence(m, kv_bits, context, tp):
-    """KV bytes one sequence of ``context`` tokens holds, over all devices of the replica (copies under TP included)."""
-    global_layers = m["layers"] - m["local_layers"]
+    """KV bytes one sequence of ``context`` tokens holds, over all devices of the replica (copies under TP included).
+
+    Only the layers that hold their own cache count (``kv_layers``: no linear-attention or KV-sharing layers).
+    """
+    global_layers = m["kv_layers"] - m["kv_local_layers"]
     local_kept = np.where(m["window"] > 0, np.minimum(context, m["window"]), context)
-    token_layers = global_layers * context + m["local_layers"] * local_kept
+    token_layers = global_layers * context + m["kv_local_layers"] * local_kept
     return kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, tp) * token_layers
 
 
@@ -69,11 +75,14 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
     weights = weight_bytes_stored(m, f) / n * weight_share - host_weight_bytes
     own_slots = allocated_tokens(T + O - prefix, paged, block, m["max_context"])
     shared = kv_cache_bytes_per_sequence(m, kv_bits, allocated_tokens(prefix, paged, block, m["max_context"]), tp) / n
-    kv_per_seq = kv_cache_bytes_per_sequence(m, kv_bits, own_slots, tp) / n * kv_share
+    # a Gated DeltaNet state is per sequence, not per token: never shared with the prefix (docs/formulas.md §15.1)
+    kv_per_seq = (kv_cache_bytes_per_sequence(m, kv_bits, own_slots, tp) + state_bytes_per_sequence(m, tp)) / n \
+        * kv_share
     shared = shared * kv_share
     if draft is not None:
         weights = weights + weight_bytes_stored(draft, f) / n
-        kv_per_seq = kv_per_seq + kv_cache_bytes_per_sequence(draft, kv_bits, own_slots, tp) / n
+        kv_per_seq = kv_per_seq + (kv_cache_bytes_per_sequence(draft, kv_bits, own_slots, tp)
+                                   + state_bytes_per_sequence(draft, tp)) / n
     activations = activation_workspace_bytes(m, B, T, fused_attention) / tp
     reserve = hw["runtime_reserve_bytes"]
     available = hw["capacity_bytes"] * hw["usable_memory_fraction"]

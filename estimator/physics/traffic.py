@@ -19,18 +19,28 @@ devices moves an equal share (the caller divides), except that under tensor
 parallelism KV heads replicate once tp exceeds the KV-head count and an MLA
 latent is stored on every rank (docs/formulas.md §2), which ``kv_replication``
 accounts for.
+
+Gated DeltaNet layers hold a fixed-size state per sequence instead of a cache,
+read and rewritten every decode step; a sparse-attention indexer adds a key per
+token that is read over the whole context while attention reads only the top k;
+per-layer embeddings stay in host memory, a row per token (docs/formulas.md §15).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from estimator.physics.flops import prefill_pairs
+from estimator.physics.flops import indexer_pairs, prefill_pairs
 
 ACTIVATION_BYTES = 2          # bf16/fp16 activations
 LOGIT_BYTES = 4               # fp32 logits for sampling
 FLASH_QUERY_TILE = 128        # rows per query tile, FlashAttention-2 forward for head_dim <= 128
 UNFUSED_SCORE_PASSES = 4      # write QKᵀ, read it for softmax, write P, read P for P·V
+# Gated DeltaNet state in the model's 16-bit dtype (vLLM's mamba_ssm_cache_dtype "auto"); chunked prefill
+# kernels (fla chunk_gated_delta_rule, llama.cpp qwen3next) store one state per 64-token chunk and read it
+# back: docs/formulas.md §15.1.
+STATE_BITS = 16
+STATE_CHUNK_TOKENS = 64
 
 
 def expected_experts(E, k, tokens):
@@ -53,12 +63,15 @@ def weight_bytes_streamed(m, f, tokens):
     experts = expected_experts(m["experts"], m["experts_per_token"], tokens)
     routed = m["params_routed_one"] * m["moe_layers"] * experts
     head_bits = np.where(m["head_tied"] > 0, f["embedding_bits"], f["head_bits"])
-    return (m["params_dense_linear"] * f["dense_bits"] + routed * f["expert_bits"] + m["params_head"] * head_bits) / 8 \
-        + m["params_norms"] * ACTIVATION_BYTES
+    return ((m["params_dense_linear"] - m["params_unused"]) * f["dense_bits"] + routed * f["expert_bits"]
+            + m["params_head"] * head_bits) / 8 + m["params_norms"] * ACTIVATION_BYTES
 
 
 def weight_bytes_stored(m, f):
-    """Every stored weight: all experts, embedding and (untied) head — what memory must hold."""
+    """Every stored weight: all experts, embedding and (untied) head — what the device must hold.
+
+    A per-layer-embedding table is left out: it stays in host memory (:func:`host_embedding_bytes`).
+    """
     routed = m["params_routed_one"] * m["moe_layers"] * m["experts"]
     head = np.where(m["head_tied"] > 0, 0.0, m["params_head"] * f["head_bits"])
     return (m["params_dense_linear"] * f["dense_bits"] + routed * f["expert_bits"] + head
@@ -66,9 +79,49 @@ def weight_bytes_stored(m, f):
         + m["params_norms"] * ACTIVATION_BYTES
 
 
-def kv_bytes_per_token_layer(m, kv_bits):
-    """KV-cache bytes one token adds to one layer: 2·n_kv·d_h (MLA: d_c + d_r) elements."""
+def host_embedding_bytes(m, f):
+    """The per-layer-embedding table, kept in host memory: V_ple·L·d_ple at the embedding's bits.
+
+    See docs/formulas.md §15.3.
+    """
+    return m["params_per_layer_embedding"] * f["embedding_bits"] / 8
+
+
+def latent_bytes_per_token_layer(m, kv_bits):
+    """The part of a token's cache entry attention reads: 2·n_kv·d_h (MLA: d_c + d_r) elements."""
     return m["kv_elems_per_token_layer"] * kv_bits / 8
+
+
+def kv_bytes_per_token_layer(m, kv_bits):
+    """KV-cache bytes one token adds to one layer: the attention entry plus any indexer key
+
+    docs/formulas.md §2, §15.2).
+    """
+    return latent_bytes_per_token_layer(m, kv_bits) + m["index_key_bytes_per_token_layer"]
+
+
+def kv_bytes_per_token(m, kv_bits):
+    """Cache bytes one token adds over every layer that holds a cache (one copy, windows ignored)."""
+    return kv_bytes_per_token_layer(m, kv_bits) * m["kv_layers"]
+
+
+def state_replication(m, tp):
+    """Copies of the Gated DeltaNet state across N tensor-parallel ranks: N · max(1/N, 1/n_k).
+
+    See docs/formulas.md §15.1.
+    """
+    n = np.asarray(tp, dtype=float)
+    return n * np.maximum(1.0 / n, 1.0 / m["state_heads"])
+
+
+def state_bytes_per_sequence(m, tp):
+    """Gated DeltaNet state of one sequence over all linear layers, TP copies included (docs/formulas.md §15.1).
+
+    Notes
+    -----
+    state = L_lin · (n_v·d_k·d_v + C·(K − 1)) · β_state / 8, whatever the context.
+    """
+    return m["state_elems_per_sequence"] * STATE_BITS / 8 * state_replication(m, tp)
 
 
 def kv_replication(m, tp):
@@ -83,49 +136,82 @@ def kv_replication(m, tp):
 
 
 def activation_bytes(m, f, tokens):
-    """Matmul inputs/outputs, norms, embedding rows looked up, and the logits."""
+    """Matmul inputs/outputs, norms, embedding rows looked up (per-layer-embedding rows too), and the logits."""
     per_token = m["act_elems_per_token_layer"] * m["layers"] * ACTIVATION_BYTES
     embedding_rows = m["hidden"] * f["embedding_bits"] / 8
-    return tokens * (per_token + embedding_rows)
+    return tokens * (per_token + embedding_rows + m["ple_elems_per_token"] * f["embedding_bits"] / 8)
 
 
 def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0):
-    """Bytes moved to prefill B prompts of T tokens, the first ``cached`` already in the cache (replica totals)."""
+    """Bytes moved to prefill B prompts of T tokens, the first ``cached`` already in the cache (replica totals).
+
+    Under sparse attention the latents are re-read per query tile over the capped pairs and the indexer
+    keys over all pairs; Gated DeltaNet layers write their per-chunk states and the final one
+    (docs/formulas.md §15).
+    """
     new = T - cached
     tokens = B * new
-    kv_layer = kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, tp)
+    copies = kv_replication(m, tp)
+    kv_layer = kv_bytes_per_token_layer(m, kv_bits) * copies
+    latent_layer = latent_bytes_per_token_layer(m, kv_bits) * copies
     pairs = prefill_pairs(m, T, cached)
     # fused: each query tile re-reads the K/V its rows attend to; unfused: K/V once plus the scores
-    kv_rereads = np.maximum(pairs / FLASH_QUERY_TILE, m["layers"] * T)
-    fused = B * kv_layer * kv_rereads
-    unfused = B * (kv_layer * m["layers"] * T
-                   + UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * m["layers"] * new * T)
-    q_and_out = 2 * tokens * m["layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
+    kv_rereads = np.maximum(pairs / FLASH_QUERY_TILE, m["attn_layers"] * T)
+    fused = B * latent_layer * kv_rereads + B * _indexer_prefill_reads(m, T, cached) * copies
+    unfused = B * (kv_layer * m["attn_layers"] * T
+                   + UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * m["attn_layers"] * new * T)
+    q_and_out = 2 * tokens * m["attn_layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
+    state = state_bytes_per_sequence(m, tp)
     return {
         "weights": weight_bytes_streamed(m, f, tokens),
-        "kv_write": tokens * m["layers"] * kv_layer,
+        "kv_write": tokens * m["kv_layers"] * kv_layer + B * state,
         "activations": activation_bytes(m, f, tokens) + B * m["vocab"] * LOGIT_BYTES,
-        "attention": np.where(fused_attention, fused, unfused) + q_and_out,
+        "attention": np.where(fused_attention, fused, unfused) + q_and_out + B * _chunk_state_bytes(m, tp, new),
     }
 
 
-def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention, q=1):
+def _indexer_prefill_reads(m, T, cached):
+    """Indexer keys one prompt's prefill reads: once per query tile, at least once per token.
+
+    See docs/formulas.md §15.2.
+    """
+    return m["index_key_bytes_per_token_layer"] * np.maximum(indexer_pairs(m, T, cached) / FLASH_QUERY_TILE,
+                                                              m["attn_layers"] * T)
+
+
+def _chunk_state_bytes(m, tp, new):
+    """Per-chunk Gated DeltaNet states one sequence's prefill writes and reads back: 2·⌈n/64⌉·states.
+
+    See docs/formulas.md §15.1.
+    """
+    chunks = np.ceil(np.asarray(new, dtype=float) / STATE_CHUNK_TOKENS)
+    return 2 * chunks * m["recurrent_elems_per_sequence"] * STATE_BITS / 8 * state_replication(m, tp)
+
+
+def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention, q=1, span_topk=None):
     """Bytes moved by one decode step of B sequences with ``q`` new tokens each (replica totals).
 
     Verifying q = γ + 1 drafted tokens reads the weights and each sequence's KV
     cache once, as a single decode step does; only the new tokens' KV writes,
-    activations and scores grow with q (docs/formulas.md §10).
+    activations and scores grow with q (docs/formulas.md §10). Sparse attention reads
+    the latents of min(S, k_top) tokens (``span_topk``) and the indexer keys of all S;
+    a Gated DeltaNet state is read once and written for every new token (docs/formulas.md §15).
     """
-    kv_layer = kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, tp)
-    global_layers = m["layers"] - m["local_layers"]
-    attended = global_layers * span_global + m["local_layers"] * span_local
+    copies = kv_replication(m, tp)
+    kv_layer = kv_bytes_per_token_layer(m, kv_bits) * copies
+    latent_layer = latent_bytes_per_token_layer(m, kv_bits) * copies
+    span_top = span_global if span_topk is None else span_topk
+    global_layers = m["attn_layers"] - m["local_layers"]
+    attended = global_layers * span_top + m["local_layers"] * span_local
     tokens = B * q
+    state = state_bytes_per_sequence(m, tp)
     scores = UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * attended * tokens
-    q_and_out = 2 * tokens * m["layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
+    q_and_out = 2 * tokens * m["attn_layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
+    indexed = m["index_key_bytes_per_token_layer"] * copies * m["attn_layers"] * span_global
     return {
         "weights": weight_bytes_streamed(m, f, tokens),
-        "kv_read": B * kv_layer * attended,
-        "kv_write": tokens * kv_layer * m["layers"],
+        "kv_read": B * latent_layer * attended + B * indexed + B * state,
+        "kv_write": tokens * kv_layer * m["kv_layers"] + tokens * state,
         "activations": activation_bytes(m, f, tokens) + tokens * m["vocab"] * LOGIT_BYTES,
         "attention": np.where(fused_attention, 0.0, scores) + q_and_out,
     }
@@ -136,12 +222,25 @@ def kv_crossover_tokens(m, f, kv_bits, B, tp):
 
     Solves B · kv_layer · (L_global · S + L_local · min(S, W)) = W_step for S. Past
     it, long contexts make decode KV-bound rather than weight-bound; a model whose
-    layers are all sliding-window never gets there (inf).
+    layers are all sliding-window (or linear-attention) never gets there (inf). Under
+    sparse attention the latent reads stop at k_top and only the indexer keys grow
+    (docs/formulas.md §15.2).
     """
     per_token = B * kv_bytes_per_token_layer(m, kv_bits) * kv_replication(m, tp)
     weights = weight_bytes_streamed(m, f, B)
-    global_layers = m["layers"] - m["local_layers"]
-    within_window = weights / (per_token * m["layers"])
+    global_layers = m["attn_layers"] - m["local_layers"]
+    within_window = weights / (per_token * np.maximum(m["attn_layers"], 1))
     beyond = (weights / per_token - m["local_layers"] * m["window"]) / np.where(global_layers > 0, global_layers, 1)
     crossover = np.where((m["window"] > 0) & (within_window > m["window"]), beyond, within_window)
-    return np.where((m["window"] > 0) & (within_window > m["window"]) & (global_layers == 0), np.inf, crossover)
+    crossover = np.where((m["attn_topk"] > 0) & (crossover > m["attn_topk"]), _sparse_crossover(m, kv_bits, B, tp,
+                                                                                               weights), crossover)
+    return np.where(((m["window"] > 0) & (within_window > m["window"]) & (global_layers == 0))
+                    | (m["attn_layers"] == 0), np.inf, crossover)
+
+
+def _sparse_crossover(m, kv_bits, B, tp, weights):
+    """S beyond k_top where B·(latent·L_att·k_top + index_key·L_att·S) = W_step (global layers only)."""
+    copies = B * kv_replication(m, tp) * m["attn_layers"]
+    index = m["index_key_bytes_per_token_layer"] * copies
+    rest = weights - latent_bytes_per_token_layer(m, kv_bits) * copies * m["attn_topk"]
+    return np.where(index > 0, rest / np.where(index > 0, index, 1.0), np.inf)

@@ -90,8 +90,30 @@ def _canonical_prices(spec: PlanSpec, db: Database) -> PlanSpec:
     return spec.model_copy(update={"prices": spec.prices.model_copy(update={"devices": devices})})
 
 
+def judged_latencies(row: dict, latency_percentile: str | None) -> tuple[float, float]:
+    """TTFT and tokens/s per user that targets apply to: the means, or a percentile of the queueing model.
+
+    ``row`` is a results row under a load (a sweep row, ``Estimate.results`` or a plan configuration);
+    with ``latency_percentile`` "p99" the TTFT is ``ttft_p99_s`` and the speed 1 / ``itl_p99_s``
+    (docs/formulas.md §14). NaN where the percentile is missing (a saturated row).
+    """
+    if not latency_percentile:
+        return row["ttft_s"], row["decode_tps_per_seq"]
+    itl = float(row.get(f"itl_{latency_percentile}_s", np.nan))
+    return float(row.get(f"ttft_{latency_percentile}_s", np.nan)), 1.0 / itl if itl > 0 else np.nan
+
+
+def targeted_latencies(spec: PlanSpec, hw: Hardware, row: dict) -> tuple[float, float]:
+    """The TTFT and tokens/s per user the plan's targets judge in one results row on ``hw``.
+
+    The means or the plan's latency percentile (:func:`judged_latencies`), at the end of the 80% interval
+    the plan asks for (docs/formulas.md §14, "Targets at a percentile"). The report judges with it too.
+    """
+    return _percentile_adjusted(spec, spec.engine, hw, 1, *judged_latencies(row, spec.targets.latency_percentile))
+
+
 def _percentile_adjusted(spec: PlanSpec, engine: str, hw: Hardware, batch: float, ttft: float, tps: float):
-    """At p90, judge the pessimistic end of the estimate's 80% interval."""
+    """At p90, judge the pessimistic end of the estimate's 80% interval (of a mean or a latency percentile)."""
     if spec.targets.percentile != "p90":
         return ttft, tps
     decode, prefill = low_ratios(engine, hw.vendor, hw.device_class.value, batch, under_load=True)
@@ -169,6 +191,9 @@ def _judge(spec: PlanSpec, model, variants: tuple[dict, ...], db, prices) -> dic
                 for v in variants]
     ttft = max(a[0] for a in adjusted)
     tps = min(a[1] for a in adjusted)
+    level = spec.targets.latency_percentile   # targets on the worst request type's percentile, else the means
+    judged = [targeted_latencies(spec, hw, v) for v in variants]
+    judged_ttft, judged_tps = float(np.max([a[0] for a in judged])), float(np.min([a[1] for a in judged]))
     throughput = float(np.dot(shares, [v["throughput_out_tps"] for v in variants]))
     cost_per_million = hourly / (throughput * 3600) * 1e6 if throughput > 0 and np.isfinite(throughput) else np.inf
     reasons, miss = [], 0.0
@@ -184,13 +209,7 @@ def _judge(spec: PlanSpec, model, variants: tuple[dict, ...], db, prices) -> dic
                        f"(~{min(v['max_rate'] for v in variants):.2f} requests/s at most)")
         miss += 5
     else:
-        t = spec.targets
-        if t.max_ttft_s and ttft > t.max_ttft_s:
-            reasons.append(f"TTFT too high: {ttft:.3g} s > {t.max_ttft_s:g} s")
-            miss += ttft / t.max_ttft_s - 1
-        if t.min_tps_per_user and tps < t.min_tps_per_user:
-            reasons.append(f"too slow per user: {tps:.3g} tokens/s < {t.min_tps_per_user:g}")
-            miss += t.min_tps_per_user / tps - 1
+        reasons, miss = missed_targets(spec, judged_ttft, judged_tps)
     budget = spec.constraints.budget_usd
     if budget:
         spend = (count * purchase_price(hw, spec.prices) if spec.constraints.deployment == "on_prem"
@@ -205,14 +224,36 @@ def _judge(spec: PlanSpec, model, variants: tuple[dict, ...], db, prices) -> dic
         "cost_per_hour_usd": hourly, "cost_per_million_tokens_usd": cost_per_million,
         "tokens_per_s_per_usd_per_hour": throughput / hourly if hourly else None,
         "tokens_per_joule": throughput / (count * hw.tdp.base * spec.prices.utilization) if hw.tdp.base else None,
-        "meets_targets": not reasons, "reason": "; ".join(reasons), "miss": miss,
+        "meets_targets": not reasons, "reason": "; ".join(reasons), "miss": miss, "latency_percentile": level,
+        **({f"ttft_{level}_s": judged_ttft, f"itl_{level}_s": 1.0 / judged_tps if judged_tps > 0 else np.inf}
+           if level else {}),
     }
 
 
+def missed_targets(spec: PlanSpec, ttft: float, tps: float) -> tuple[list[str], float]:
+    """Why a candidate misses the TTFT and per-user speed targets (at the plan's latency percentile), and by how much."""
+    t, level = spec.targets, spec.targets.latency_percentile
+    reasons, miss = [], 0.0
+    if (t.max_ttft_s or t.min_tps_per_user) and not (np.isfinite(ttft) and np.isfinite(tps)):
+        return [f"no {level or 'mean'} latency: the queueing model has no steady state here"], 5.0
+    if t.max_ttft_s and ttft > t.max_ttft_s:
+        reasons.append(f"TTFT{f' {level}' if level else ''} too high: {ttft:.3g} s > {t.max_ttft_s:g} s")
+        miss += ttft / t.max_ttft_s - 1
+    if t.min_tps_per_user and tps < t.min_tps_per_user:
+        reasons.append(f"too slow per user: {tps:.3g} tokens/s{f' (1 / ITL {level})' if level else ''} "
+                       f"< {t.min_tps_per_user:g}")
+        miss += t.min_tps_per_user / tps - 1
+    return reasons, miss
+
+
 def _mark_pareto(configs: list[dict]) -> None:
-    """Flag the configurations no other beats on both cost and inter-token latency (1 / tokens/s per user)."""
+    """Flag the configurations no other beats on both cost and inter-token latency (1 / tokens/s per user).
+
+    The per-user speed is the one the targets judge: the mean, or 1 / ITL at the plan's latency percentile.
+    """
+    speed = {id(c): judged_latencies(c, c.get("latency_percentile"))[1] for c in configs}
     for c in configs:
         c["pareto"] = not any(o["cost_per_million_tokens_usd"] <= c["cost_per_million_tokens_usd"]
-                              and o["decode_tps_per_seq"] >= c["decode_tps_per_seq"] and o is not c
+                              and speed[id(o)] >= speed[id(c)] and o is not c
                               and (o["cost_per_million_tokens_usd"] < c["cost_per_million_tokens_usd"]
-                                   or o["decode_tps_per_seq"] > c["decode_tps_per_seq"]) for o in configs)
+                                   or speed[id(o)] > speed[id(c)]) for o in configs)

@@ -4,9 +4,10 @@ The inverse of an estimate. A plan names one or more models, a workload
 (prompt and output length, as fixed values or a small mix; a concurrency or a
 request rate), service targets and constraints; the planner estimates every
 candidate (device × count × layout × format) under that load with the
-vectorized sweep, keeps those that meet the targets, ranks them by cost per
-million output tokens, marks the Pareto front of cost against inter-token
-latency, and says why each other candidate was rejected.
+vectorized sweep, keeps those that meet the targets (on the mean latencies, or
+at ``targets.latency_percentile`` of the queueing model; docs/formulas.md §14),
+ranks them by cost per million output tokens, marks the Pareto front of cost
+against inter-token latency, and says why each other candidate was rejected.
 
 The cost model is :mod:`estimator.planning.cost`.
 """
@@ -62,6 +63,9 @@ class Targets(_Spec):
     min_tps_per_user: float | None = Field(default=None, gt=0, description="decode tokens/s per user at least")
     percentile: Literal["p50", "p90"] = Field(
         default="p50", description="p90: judge the pessimistic end of the 80% interval, not the estimate")
+    latency_percentile: Literal["p50", "p90", "p99"] | None = Field(
+        default=None, description="judge TTFT and per-user tokens/s (1 / ITL) at this percentile of the queueing "
+                                  "model under the load, not the means (docs/formulas.md §14)")
 
 
 class Constraints(_Spec):

@@ -10,7 +10,7 @@ from estimator.errors import UnknownNameError
 from estimator.evaluation.columns import model_columns
 from estimator.formatting import table, to_json
 from estimator.physics.params import count_params
-from estimator.physics.traffic import kv_bytes_per_token_layer
+from estimator.physics.traffic import kv_bytes_per_token as kv_bytes_per_token_columns
 from estimator.reporting.estimate_text import format_quantity, format_spec
 from estimator.specs.database import Database
 from estimator.specs.formats import KV_FORMATS, WEIGHT_FORMATS
@@ -38,9 +38,9 @@ def gpu_summary(hw: Hardware) -> dict:
 
 
 def kv_bytes_per_token(spec: ModelSpec, kv_bits: float = 16) -> float:
-    """KV-cache bytes per token of context at full length (sliding-window layers counted in full)."""
-    m = model_columns([spec])
-    return float(kv_bytes_per_token_layer(m, kv_bits)[0] * m["layers"][0])
+    """KV-cache bytes per token of context at full length (sliding-window layers counted in full; layers that
+    hold no cache of their own, linear-attention or KV-sharing ones, not at all)."""
+    return float(kv_bytes_per_token_columns(model_columns([spec]), kv_bits)[0])
 
 
 def attention_kind(spec: ModelSpec) -> str:
@@ -55,6 +55,12 @@ def attention_kind(spec: ModelSpec) -> str:
         kind = "MHA"
     if s.num_local_layers:
         kind += f" +SWA {s.sliding_window} ({s.num_local_layers}/{s.num_layers})"
+    if s.sparse_attention:
+        kind += f" +DSA top-{s.sparse_attention.index_topk}"
+    if s.linear_attention:
+        kind += f" +GDN ({s.num_linear_layers}/{s.num_layers})"
+    if s.num_kv_shared_layers:
+        kind += f" +KV shared ({s.num_kv_shared_layers}/{s.num_layers})"
     return kind
 
 
@@ -185,7 +191,8 @@ def check_database(db: Database) -> str:
     rows = []
     for spec in sorted(db.models, key=lambda s: s.name):
         counts, pub = count_params(spec), spec.published_params
-        total_err = "" if pub is None else f"{counts.total / (pub.total_billion * 1e9) - 1:+.1%}"
+        total_err = "" if pub is None else \
+            f"{counts.total_as_published(pub.total_includes_embeddings) / (pub.total_billion * 1e9) - 1:+.1%}"
         active_err = "" if pub is None or pub.active_billion is None else \
             f"{counts.active_as_published(pub.active_includes_embedding) / (pub.active_billion * 1e9) - 1:+.1%}"
         if not spec.published_params_checked:   # the shapes leave out parameters: shown, not checked

@@ -26,7 +26,8 @@ DEFINITIONS = (
     "Decode tokens/s per sequence = 1 / ITL; whole batch = batch / ITL. E2E = TTFT + (output - 1) x ITL.",
     "Memory is per device; GB = 10^9 bytes, GiB = 2^30 bytes.",
     "Percentiles under a load: one engine, prefill before decode steps, Poisson arrivals (M/G/1 wait with an "
-    "exponential tail), fixed request lengths, E2E p99 by a normal approximation (docs/formulas.md §14).",
+    "exponential tail), request lengths fixed or from --lengths (a request's own prefill and output at their "
+    "quantile), E2E p99 by a normal approximation (docs/formulas.md §14).",
 )
 
 
@@ -91,7 +92,7 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
     head = [
         f"{e.model.name} on {e.layout.devices} x {hw.name} ({_layout_text(e.layout)}): weights "
         f"{e.weight_format.name} (math in {e.compute_dtype}), KV cache {e.kv_format.name}",
-        f"workload: {_load_text(e)}, prompt {e.prompt_tokens} tokens, output {e.output_tokens} tokens, "
+        f"workload: {_load_text(e)}, {_lengths_text(e)}, "
         f"{'fused (FlashAttention-style)' if e.serving.attention == 'fused' else 'unfused'} attention, "
         f"{e.serving.kv_alloc} KV cache" + (f", {e.serving.prefix_tokens}-token cached prefix"
                                             if e.serving.prefix_tokens else ""),
@@ -148,13 +149,28 @@ def local_sections(measured: list[dict] | None, verify: list[dict] | None) -> li
     return parts
 
 
+def _lengths_text(e: Estimate) -> str:
+    if e.serving.lengths is None:
+        return f"prompt {e.prompt_tokens} tokens, output {e.output_tokens} tokens"
+    return (f"request lengths from {e.serving.lengths} (mean prompt {e.prompt_tokens:,.0f} tokens, "
+            f"mean output {e.output_tokens:,.0f} tokens)")
+
+
 def _load_text(e: Estimate) -> str:
     s = e.serving
     if not s.under_load:
         return f"batch {e.batch}"
     load = f"{s.concurrency} requests in flight" if s.concurrency else f"{s.rate:g} requests/s arriving"
     chunk = f", chunked prefill {s.chunked_prefill} tokens/step" if s.chunked_prefill else ""
-    return f"{load} (continuous batching{chunk}; steady decode batch {e.results['steady_batch']:.1f})"
+    hits = f", {s.prefix_hit_rate:.0%} prefix-cache hits" if s.prefix_hit_rate else ""
+    if s.kv_offload != "none":
+        hits += (f" ({s.kv_offload_gib:g} GiB {s.kv_offload} tier: "
+                 f"{seconds(e.results['kv_tier_load_s'])} to load a prompt's hits; the prefix cache holds "
+                 f"{e.results['prefix_cache_tokens']:,.0f} tokens)")
+    r = e.results
+    queued = f", {r['queued_requests']:.0f} waiting for a slot" if r["queued_requests"] > 0 else ""
+    return (f"{load} (continuous batching{chunk}{hits}; at most {r['max_running_sequences']:,.0f} sequences run "
+            f"at once{queued}; steady decode batch {r['steady_batch']:.1f})")
 
 
 def _range(r: dict, key: str, fmt) -> str:
@@ -170,6 +186,7 @@ def _speed_rows(r: dict) -> list[tuple[str, str]]:
             ("TTFT (with queueing)", seconds(r["ttft_s"])),
             ("prefill of one prompt alone", seconds(r["ttft_prefill_s"])),
             ("ITL (mean, prefill stalls included)", seconds(r["itl_s"])),
+            ("ITL at the last step (context prompt + output)", seconds(r["itl_end_s"])),
             ("decode tokens/s per user", rate(r["decode_tps_per_seq"])),
             ("output tokens/s, all users", rate(r["throughput_out_tps"])),
             ("requests/s served", f"{r['request_rate']:.2f}"),
@@ -183,6 +200,7 @@ def _speed_rows(r: dict) -> list[tuple[str, str]]:
         ("TTFT (prefill, no queueing)", seconds(r["ttft_s"]) + _range(r, "ttft_s", seconds)),
         ("prefill tokens/s", rate(r["prefill_tps"]) + _range(r, "prefill_tps", rate)),
         ("ITL (mean over the generation)", seconds(r["itl_s"]) + _range(r, "itl_s", seconds)),
+        ("ITL at the last step (context prompt + output)", seconds(r["itl_end_s"])),
         ("decode tokens/s per sequence", rate(r["decode_tps_per_seq"]) + _range(r, "decode_tps_per_seq", rate)),
         ("decode tokens/s, whole batch", rate(r["decode_tps_total"]) + _range(r, "decode_tps_total", rate)),
         ("end-to-end latency", seconds(r["e2e_latency_s"])),

@@ -9,6 +9,13 @@ from estimator.formatting import NOT_AVAILABLE, rate, seconds, table
 from estimator.planning.search import PlanResult
 
 
+def target_basis(targets) -> str:
+    """Which latencies the targets apply to: the means or a percentile under the load, and which interval end."""
+    level = targets.latency_percentile
+    basis = f"TTFT {level} and 1/ITL {level} under the load" if level else "mean TTFT and tokens/s per user"
+    return basis + (" at the pessimistic (p90) end of the 80% interval" if targets.percentile == "p90" else "")
+
+
 def describe_targets(spec) -> str:
     t, w = spec.targets, spec.workload
     load = f"{w.concurrency} requests in flight" if w.concurrency else f"{w.rate:g} requests/s"
@@ -17,7 +24,7 @@ def describe_targets(spec) -> str:
     goals = [f"TTFT <= {t.max_ttft_s:g} s" if t.max_ttft_s else "", f">= {t.min_tps_per_user:g} tokens/s per user"
              if t.min_tps_per_user else ""]
     return (f"{', '.join(spec.models)}; {mix}; {load}; targets: {', '.join(g for g in goals if g) or 'none'} "
-            f"({t.percentile}); {spec.constraints.deployment}; engine {spec.engine}")
+            f"(on {target_basis(t)}); {spec.constraints.deployment}; engine {spec.engine}")
 
 
 def _usd(value: float) -> str:
@@ -27,13 +34,16 @@ def _usd(value: float) -> str:
 def format_plan(result: PlanResult, top: int = 15) -> str:
     lines = [f"Plan: {describe_targets(result.spec)}", ""]
     if result.configurations:
+        level = result.spec.targets.latency_percentile   # its latencies beside the means
         rows = [(c["hardware"], c["count"], c["tp"], c["format"], f"{c['batch']:.0f}", seconds(c["ttft_s"]),
-                 rate(c["decode_tps_per_seq"]), rate(c["throughput_out_tps"]),
-                 _usd(c["cost_per_million_tokens_usd"]), "*" if c.get("pareto") else "")
+                 rate(c["decode_tps_per_seq"]),
+                 *((seconds(c[f"ttft_{level}_s"]), seconds(c[f"itl_{level}_s"])) if level else ()),
+                 rate(c["throughput_out_tps"]), _usd(c["cost_per_million_tokens_usd"]), "*" if c.get("pareto") else "")
                 for c in result.configurations[:top]]
         lines += [f"{len(result.configurations)} configurations meet the targets (cheapest first; * = Pareto front "
-                  "of cost against per-user speed):",
-                  table(rows, header=("hardware", "n", "tp", "format", "batch", "TTFT", "tok/s/user", "tok/s all",
+                  f"of cost against per-user speed{f' at ITL {level}' if level else ''}):",
+                  table(rows, header=("hardware", "n", "tp", "format", "batch", "TTFT", "tok/s/user",
+                                      *((f"TTFT {level}", f"ITL {level}") if level else ()), "tok/s all",
                                       "$/1M tokens", "pareto"))]
     else:
         lines.append("No configuration meets the targets.")

@@ -72,6 +72,30 @@ def plot_lines(ax, x, series: dict[str, Sequence[float]], xlabel: str, ylabel: s
     return artists
 
 
+def plot_percentiles(ax, x, series: dict[str, Sequence[float]], xlabel: str, ylabel: str, target: float | None = None,
+                     planned: float | None = None, title: str = "", logx: bool = False):
+    """Latency percentiles against load, one line per percentile (p50 solid, p90 dashed, p99 dotted).
+
+    ``series`` maps a label ending in the percentile ("TTFT p99") to one value per ``x``; the caller
+    leaves saturated loads out. ``target`` draws the latency target, ``planned`` the planned load.
+    """
+    styles = {"p50": "-", "p90": "--", "p99": ":"}
+    artists = [ax.plot(x, y, marker="o", markersize=3, linestyle=styles.get(name.split()[-1], "-"), label=name)[0]
+               for name, y in series.items()]
+    if target is not None:
+        artists.append(ax.axhline(target, color="tab:red", linewidth=0.9, linestyle="--", label="target"))
+    if planned is not None:
+        artists.append(ax.axvline(planned, color="grey", linewidth=0.8, linestyle=":", label="planned load"))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return artists
+
+
 def plot_memory_breakdown(ax, labels: list[str], parts: dict[str, Sequence[float]], capacity: Sequence[float],
                           title: str = ""):
     """Stacked bars of memory per device (GB), with each device's usable capacity marked."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 from datetime import date
 from importlib import metadata, resources
 from pathlib import Path
@@ -18,13 +19,16 @@ from estimator.efficiency.engine_profiles import load_intervals
 from estimator.errors import ConfigurationError, prepare_output, write_atomically
 from estimator.evaluation.api import estimate
 from estimator.formatting import rate, seconds
-from estimator.planning.search import PlanResult, plan
+from estimator.planning.search import PlanResult, judged_latencies, missed_targets, plan, targeted_latencies
 from estimator.planning.spec import PlanSpec
 from estimator.reporting.plan_text import describe_targets
 from estimator.specs.database import Database, load_database
 
 SHORTLIST_HEADER = ("hardware", "format", "devices", "tp", "TTFT", "tok/s per user", "tok/s all", "$ per 1M tokens",
                     "tokens per joule")
+PERCENTILES = ("p50", "p90", "p99")
+MAX_CONCURRENCY = 4096                          # the percentile plot's largest closed-loop load
+RATE_SHARES = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)   # of the highest sustainable rate
 
 
 def _png(fig) -> str:
@@ -58,14 +62,71 @@ def _reasoning(spec: PlanSpec, c: dict, db: Database, role: str) -> str:
     return (f"{role} It serves the load with TTFT {seconds(c['ttft_s'])} and {rate(c['decode_tps_per_seq'])} "
             f"tokens/s per user ({rate(c['throughput_out_tps'])} tokens/s in all, steady batch {c['batch']:.0f}). "
             f"Decode is {e.decode_bound}-bound: its time goes to {why}. Memory per device: "
-            f"{e.memory_required_bytes / 1e9:.0f} of {e.memory_available_bytes / 1e9:.0f} GB.")
+            f"{e.memory_required_bytes / 1e9:.0f} of {e.memory_available_bytes / 1e9:.0f} GB."
+            + (_at_percentile(spec, c) if spec.targets.latency_percentile else ""))
+
+
+def _at_percentile(spec: PlanSpec, c: dict) -> str:
+    level = spec.targets.latency_percentile
+    return (f" The targets apply to the {level} latencies: TTFT {level} {seconds(c[f'ttft_{level}_s'])}, "
+            f"ITL {level} {seconds(c[f'itl_{level}_s'])}.")
+
+
+def percentiles_against_load(spec: PlanSpec, c: dict, db: Database) -> dict:
+    """TTFT and ITL p50/p90/p99 of one configuration as the load grows, up to saturation.
+
+    Closed loop: concurrency 1, 2, 4, ... up to the larger of the plan's and the largest batch the KV
+    cache holds (at most 4096); open loop: 5-95% of the highest sustainable rate and the plan's rate
+    (docs/formulas.md §14). Loads without a steady state (saturated, or not fitting) have no percentiles
+    and are left out, not drawn as zero. Returns the ``x`` values kept and a ``series`` per label.
+    """
+    w = spec.workload
+    planned = _estimate(spec, c, db)
+    if w.concurrency:
+        top = min(max(w.concurrency, int(planned.max_batch)), MAX_CONCURRENCY)
+        loads = sorted({*(2 ** k for k in range(top.bit_length()) if 2 ** k <= top), top, w.concurrency})
+        runs = [(x, _estimate(spec, c, db, concurrency=x, rate=0.0)) for x in loads]
+    else:
+        loads = sorted({*(planned.max_rate * share for share in RATE_SHARES), w.rate})
+        runs = [(x, _estimate(spec, c, db, rate=x, concurrency=0)) for x in loads]
+    columns = [f"{kind}_{p}_s" for kind in ("ttft", "itl") for p in PERCENTILES]
+    kept = [(x, e) for x, e in runs
+            if e.runnable and all(math.isfinite(e.results.get(k, math.nan)) for k in columns)]
+    return {"load": "concurrency" if w.concurrency else "rate", "planned": w.concurrency or w.rate,
+            "xlabel": "requests in flight (concurrency)" if w.concurrency else "requests/s arriving",
+            "x": [float(x) for x, _ in kept],
+            "series": {f"{kind.upper()} {p}": [float(e.results[f"{kind}_{p}_s"]) for _, e in kept]
+                       for kind in ("ttft", "itl") for p in PERCENTILES}}
+
+
+def _percentile_figure(spec: PlanSpec, best: dict, db: Database, plt, plots) -> dict:
+    """The figure of :func:`percentiles_against_load` for the recommendation, TTFT beside ITL."""
+    data = percentiles_against_load(spec, best, db)
+    t = spec.targets
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4))
+    logx = data["load"] == "concurrency"
+    for ax, kind, target in ((left, "TTFT", t.max_ttft_s),
+                             (right, "ITL", 1 / t.min_tps_per_user if t.min_tps_per_user else None)):
+        plots.plot_percentiles(ax, data["x"], {k: v for k, v in data["series"].items() if k.startswith(kind)},
+                               data["xlabel"], f"{kind} (s)", target=target, planned=data["planned"],
+                               title=f"{kind} percentiles against load", logx=logx)
+    fig.tight_layout()
+    level = t.latency_percentile
+    caption = (f"TTFT and inter-token latency at the 50th, 90th and 99th percentiles of the queueing model for "
+               f"{best['count']} x {best['hardware']} ({best['format']}, tp {best['tp']}) as the load grows to "
+               f"saturation; loads without a steady state are left out. Dashed red: the target (ITL: 1 / tokens/s "
+               f"per user), judged on {f'the {level} latencies' if level else 'the means'}; dotted: the planned load.")
+    figure = {"png": _png(fig), "caption": caption, "data": data}
+    plt.close(fig)
+    return figure
 
 
 def _alternatives(result: PlanResult) -> list[tuple[dict, str]]:
     """Up to two, with their role: the cheapest on other hardware, and the fastest per user on the Pareto front."""
     best = result.configurations[0]
     other = next((c for c in result.configurations if c["hardware"] != best["hardware"]), None)
-    fastest = max((c for c in result.configurations if c.get("pareto")), key=lambda c: c["decode_tps_per_seq"])
+    fastest = max((c for c in result.configurations if c.get("pareto")),   # per-user speed as the targets judge it
+                  key=lambda c: judged_latencies(c, c.get("latency_percentile"))[1])
     picks = [(other, "The cheapest configuration on other hardware."),
              (fastest, "The fastest per user on the cost/speed Pareto front.")]
     seen, out = {id(best)}, []
@@ -114,6 +175,7 @@ def _figures(spec: PlanSpec, result: PlanResult, db: Database) -> list[dict]:
     figures.append({"png": _png(fig), "caption": "More concurrency raises aggregate throughput and lowers each "
                     "user's speed; the recommendation's load is where it meets the per-user target."})
     plt.close(fig)
+    figures.append(_percentile_figure(spec, best, db, plt, plots))
 
     prompts = [128, 512, 2048, 8192, 32768]
     fig, ax = plt.subplots(figsize=(7.5, 4))
@@ -170,16 +232,34 @@ def _sensitivity(spec: PlanSpec, result: PlanResult, db: Database) -> list[tuple
         if not e.runnable:
             rows.append((label, "-", "-", "-", "no: " + ("; ".join(e.warnings) or "does not fit")))
             continue
-        t = spec.targets
-        ok = (not t.max_ttft_s or e.ttft_s <= t.max_ttft_s) and (not t.min_tps_per_user
-                                                                   or e.decode_tps_per_seq >= t.min_tps_per_user)
-        rows.append((label, seconds(e.ttft_s), rate(e.decode_tps_per_seq),
+        ttft, tps = targeted_latencies(spec, e.hardware, e.results)   # judged as the plan judges
+        ok = not missed_targets(spec, ttft, tps)[0]
+        rows.append((label, seconds(ttft), rate(tps),
                      f"{hourly / (e.throughput_out_tps * 3600) * 1e6:.3f}", "yes" if ok else "no"))
     return rows
 
 
+def _sensitivity_header(spec: PlanSpec) -> tuple[str, ...]:
+    level = spec.targets.latency_percentile
+    return ("if ...", f"TTFT {level}" if level else "TTFT",
+            f"tokens/s per user (1/ITL {level})" if level else "tokens/s per user", "$ per 1M tokens", "meets targets")
+
+
+def _shortlist(spec: PlanSpec, result: PlanResult) -> tuple[tuple, list[tuple]]:
+    """The shortlist's header and rows; with a latency percentile, its TTFT and ITL beside the means."""
+    level = spec.targets.latency_percentile
+    extra = (f"TTFT {level}", f"ITL {level}") if level else ()
+    rows = [(c["hardware"], c["format"], c["count"], c["tp"], seconds(c["ttft_s"]), rate(c["decode_tps_per_seq"]),
+             *((seconds(c[f"ttft_{level}_s"]), seconds(c[f"itl_{level}_s"])) if level else ()),
+             rate(c["throughput_out_tps"]), f"{c['cost_per_million_tokens_usd']:.3f}",
+             f"{c['tokens_per_joule']:.2f}" if c.get("tokens_per_joule") else "-")
+            for c in result.configurations[:12]]
+    return SHORTLIST_HEADER[:6] + extra + SHORTLIST_HEADER[6:], rows
+
+
 def build_context(spec: PlanSpec, result: PlanResult, db: Database, plan_name: str) -> dict:
     """Everything the report templates show."""
+    shortlist_header, shortlist = _shortlist(spec, result)
     context = {
         "title": f"Inference hardware plan: {', '.join(spec.models)}", "date": date.today().isoformat(),
         "version": _version(), "plan_name": plan_name,
@@ -187,12 +267,8 @@ def build_context(spec: PlanSpec, result: PlanResult, db: Database, plan_name: s
                          f"prices: energy {spec.prices.energy_usd_per_kwh} USD/kWh, utilization "
                          f"{spec.prices.utilization:.0%}, PUE {spec.prices.pue}, amortization "
                          f"{spec.prices.amortization_years:g} years"],
-        "shortlist_header": SHORTLIST_HEADER,
-        "shortlist": [(c["hardware"], c["format"], c["count"], c["tp"], seconds(c["ttft_s"]),
-                       rate(c["decode_tps_per_seq"]), rate(c["throughput_out_tps"]),
-                       f"{c['cost_per_million_tokens_usd']:.3f}",
-                       f"{c['tokens_per_joule']:.2f}" if c.get("tokens_per_joule") else "-")
-                      for c in result.configurations[:12]],
+        "shortlist_header": shortlist_header, "shortlist": shortlist,
+        "sensitivity_header": _sensitivity_header(spec),
         "rejected_summary": f"{len(result.rejected)} candidates rejected: "
                             + "; ".join(sorted({r['reason'].split(':')[0] for r in result.rejected})),
         "prices": [p for p in result.prices if any(c["hardware"] == p["hardware"] for c in result.configurations)],
@@ -267,7 +343,7 @@ def render_markdown(context: dict) -> str:
               *["| " + " | ".join(map(str, row)) + " |" for row in context["shortlist"]], "", context["rejected_summary"],
               "", "## Plots", *[f"![{f['caption']}](data:image/png;base64,{f['png']})\n\n_{f['caption']}_"
                                 for f in context["figures"]],
-              "", "## Sensitivity", "| if ... | TTFT | tokens/s per user | $ per 1M tokens | meets targets |",
+              "", "## Sensitivity", "| " + " | ".join(context["sensitivity_header"]) + " |",
               "|---|---|---|---|---|", *["| " + " | ".join(map(str, row)) + " |" for row in context["sensitivity"]],
               "", "## Assumptions and sources", *[f"- {x}" for x in context["assumptions"]],
               *[f"- price: {p['hardware']} {p['usd_per_device_hour']:.3f} USD/device-hour, {p['source']}"

@@ -14,6 +14,9 @@ class): no file is read and nothing is run. The tool follows the engine and the 
 - MLX (Apple devices): ``mlx_lm.benchmark`` (mlx-lm's benchmark.py: ``--model``, ``-p`` prompt
   tokens, ``-g`` generation tokens, ``-b`` batch size).
 - Always: ``roofline validate --local``, which times a random-weight model in torch here.
+
+A request mix (``--lengths``) is measured at its mean lengths: the commands take one length, so its
+spread is not replayed.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def inputs_of(e: Estimate) -> dict:
     return {**{k: d[k] for k in ("model", "hf_id", "hardware", "n_gpus", "tp", "pp", "engine", "weight_format",
                                  "kv_format", "batch", "prompt_tokens", "output_tokens", "concurrency", "rate",
                                  "attention", "gpu_layers", "chunked_prefill")},
+            # a length mix is measured at its mean lengths (whole tokens): the tools take one length
+            "prompt_tokens": round(d["prompt_tokens"]), "output_tokens": round(d["output_tokens"]),
             "vendor": e.hardware.vendor, "device_class": e.hardware.device_class.value,
             "gguf": e.weight_format.dequant == "gguf", "num_layers": e.model.shape.num_layers}
 

@@ -20,6 +20,11 @@ joins the running decode batch for its O − 1 remaining tokens. In steady state
 - Open loop, prompts queue for prefill as in an M/D/1 queue with utilisation
   u = X · t_pf: wait = u · t_pf / (2 (1 − u)), plus half a decode step to reach a
   step boundary. Closed loop, the queue is solved by mean-value analysis.
+- The engine runs at most S = min(N_kv, max_num_seqs) sequences at once: the KV
+  cache's capacity and the scheduler's cap (vLLM ``max_num_seqs``). Closed loop, the
+  C − S clients beyond it wait for a slot: by Little's law on that waiting line,
+  each waits (C − S) / X before its prefill starts. Open loop, a decode batch
+  beyond S means the queue grows without bound.
 - Percentiles of TTFT, ITL and E2E come from the distributions behind these means
   (:mod:`estimator.serving.percentiles`).
 
@@ -51,7 +56,7 @@ def _step_time(itl, X, prefill_s, prompt_tokens, chunk_free, t_mix):
 
 
 def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, concurrency, rate, max_batch,
-                 chunk_tokens=0.0, prefill_scv=0.0) -> dict:
+                 chunk_tokens=0.0, prefill_scv=0.0, max_num_seqs=np.inf) -> dict:
     """Steady-state decode batch, latencies and throughput under load.
 
     Parameters
@@ -64,6 +69,8 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
         Closed-loop concurrency C, or open-loop request rate R (req/s); the other is 0.
     max_batch : array
         Largest batch whose KV cache fits.
+    max_num_seqs : array
+        The scheduler's cap on sequences per step (inf: none beyond the KV cache).
     chunk_tokens : array
         Token budget per step for chunked prefill; 0 prefills whole prompts.
     prefill_scv : array
@@ -76,38 +83,44 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
     circulate between the prefill queue (service t_pf) and decoding (a delay of
     (O − 1) · t_step); the queue is solved by Schweitzer's approximate mean-value
     analysis, R_pf = t_pf (1 + Q (C − 1) / C), X = C / (R_pf + (O − 1) t_step),
-    Q = X R_pf. A closed loop never saturates in time (throughput self-limits),
-    only in memory: more requests in flight than the KV cache holds.
+    Q = X R_pf, over the C' = min(C, S) requests the engine admits (S slots); the other
+    C − C' wait (C − C') / X for a slot. A closed loop never saturates (throughput
+    self-limits); an open loop saturates when prompts arrive faster than they can be
+    prefilled or the decode batch it needs exceeds S.
     """
     steps = np.maximum(np.asarray(output_tokens, dtype=float) - 1, 1.0)
     C = np.asarray(concurrency, dtype=float)
     closed = C > 0
     per_token_s = prefill_s / np.maximum(prompt_tokens, 1)
-    N = np.where(closed, np.minimum(C, np.maximum(max_batch, 1)),
+    slots = np.maximum(np.minimum(max_batch, max_num_seqs), 1)
+    in_flight = np.maximum(np.minimum(C, slots), 1)
+    N = np.where(closed, in_flight,
                  np.maximum(rate * steps * itl_at(np.ones_like(steps)), 1.0))
     X, queue = np.where(closed, 0.0, rate), np.zeros_like(N)
     for _ in range(ITERATIONS):
-        N = np.clip(N, 1.0, np.where(closed, np.maximum(np.minimum(C, max_batch), 1), np.inf))
+        N = np.clip(N, 1.0, np.where(closed, in_flight, np.inf))
         itl = itl_at(N)
         chunk_free = np.where(chunk_tokens > 0, np.maximum(chunk_tokens - N, 1.0), 0.0)
         t_mix = np.maximum(itl, (N + chunk_free) * per_token_s)
         t_step = _step_time(itl, X, prefill_s, prompt_tokens, chunk_free, t_mix)
         finite_step = np.where(np.isfinite(t_step), t_step, itl)
-        in_flight = np.maximum(np.minimum(C, max_batch), 1)
         response = prefill_s * (1 + queue * (in_flight - 1) / in_flight)        # Schweitzer MVA
         X_closed = in_flight / (response + steps * finite_step)
         queue = X_closed * response
         X = np.where(closed, DAMPING * X + (1 - DAMPING) * X_closed, rate)
         N = DAMPING * N + (1 - DAMPING) * np.where(np.isfinite(t_step), X * steps * t_step, 1e9)
     service = _service(prefill_s, prompt_tokens, chunk_free, t_mix)
-    ttft = np.where(closed, response - prefill_s + service + finite_step / 2,
-                    _ttft(prefill_s, prompt_tokens, chunk_free, t_mix, finite_step, X))
-    saturated = np.where(closed, C > max_batch, ~np.isfinite(t_step) | (N > max_batch))
+    slot_wait = np.where(closed, np.maximum(C - in_flight, 0.0) / np.maximum(X, 1e-300), 0.0)
+    ttft = np.where(closed, slot_wait + response - prefill_s + service + finite_step / 2,
+                    _ttft(prefill_s, prompt_tokens, chunk_free, t_mix, finite_step, X, prefill_scv))
+    saturated = np.where(closed, False, ~np.isfinite(t_step) | (N > slots))
     percentiles = serving_percentiles(closed, in_flight, X, prefill_s, service, itl, t_step, steps, prompt_tokens,
                                       chunk_free, t_mix, response - prefill_s, prefill_scv)
-    percentiles = {k: np.where(saturated, np.nan, v) for k, v in percentiles.items()}
+    # the wait for a slot: C − C' departures of a full engine, nearly regular, so a shift of every percentile
+    percentiles = {k: np.where(saturated, np.nan, v + (0.0 if k.startswith("itl") else slot_wait))
+                   for k, v in percentiles.items()}
     return {"steady_batch": N, "itl_s": t_step, "ttft_s": ttft, "request_rate": X, "saturated": saturated,
-            **percentiles}
+            "queued_requests": np.maximum(C - in_flight, 0.0), "slots": slots, **percentiles}
 
 
 def _service(prefill_s, prompt_tokens, chunk_free, t_mix):
@@ -116,11 +129,12 @@ def _service(prefill_s, prompt_tokens, chunk_free, t_mix):
     return np.where(chunk_free > 0, chunked, prefill_s)
 
 
-def _ttft(prefill_s, prompt_tokens, chunk_free, t_mix, t_step, X):
-    """Open loop: prefill (whole or in chunks), the M/D/1 queue for it, and half a step to the next boundary."""
+def _ttft(prefill_s, prompt_tokens, chunk_free, t_mix, t_step, X, prefill_scv=0.0):
+    """Open loop: prefill (whole or in chunks), the M/G/1 queue for it (Pollaczek–Khinchine: M/D/1 when
+    every prompt is alike, c_s² = 0), and half a step to the next boundary."""
     service = _service(prefill_s, prompt_tokens, chunk_free, t_mix)
     u = np.minimum(X * prefill_s, MAX_UTILISATION)
-    return service + u * prefill_s / (2 * (1 - u)) + t_step / 2
+    return service + u * prefill_s * (1 + prefill_scv) / (2 * (1 - u)) + t_step / 2
 
 
 def max_sustainable_rate(itl_at_max, prefill_s, output_tokens, max_batch):

@@ -150,6 +150,56 @@ def itl_quantile(p: float, step_s, stall_s, arrivals_per_step, rho):
     return step_s + stall_count_quantile(p, arrivals_per_step, rho) * stall_s
 
 
+def _normal_tail(z):
+    """P(Z > z) for a standard normal Z, vectorized (Abramowitz and Stegun 7.1.26, error below 1.5e-7)."""
+    x = np.abs(np.asarray(z, dtype=float)) / math.sqrt(2)
+    t = 1 / (1 + 0.3275911 * x)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    half_erfc = 0.5 * poly * np.exp(-x * x)
+    return np.where(np.asarray(z) >= 0, half_erfc, 1 - half_erfc)
+
+
+def stall_time_quantile(p: float, arrivals_per_step, rho, mean_s, scv):
+    """The p-quantile of the time K prefills of random length take between two decode steps.
+
+    Notes
+    -----
+    P(Σ_{j≤K} S_j > x) = Σ_k P(K = k) P(Σ_{j≤k} S_j > x), K generalised Poisson as in
+    :func:`stall_count_quantile`, and the sum of k prefills normal with mean k E[S] and variance
+    k c_s² E[S]² (docs/formulas.md §14, "Request lengths"); solved by bisection. With c_s² = 0 it is
+    K_p · E[S].
+
+    Examples
+    --------
+    Prompts of random length stretch the p99 stall beyond the count's p99 times the mean prefill:
+
+    >>> alike = float(stall_count_quantile(0.99, 0.1, 0.2)) * 0.020
+    >>> alike < float(stall_time_quantile(0.99, 0.1, 0.2, 0.020, 1.0))
+    True
+    """
+    a, rho, mean_s, scv = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in
+                                                (arrivals_per_step, rho, mean_s, scv)))
+    ks = np.arange(1, MAX_TERMS + 1, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        log_pmf = (np.log(a)[..., None] + (ks - 1) * np.log(a[..., None] + ks * rho[..., None]) - a[..., None]
+                   - ks * rho[..., None] - np.array([math.lgamma(k + 1) for k in ks]))
+        pmf = np.where(a[..., None] > 0, np.exp(log_pmf), 0.0)
+    sd = np.sqrt(ks * scv[..., None]) * mean_s[..., None]
+
+    def tail(x):
+        z = (x[..., None] - ks * mean_s[..., None]) / np.maximum(sd, 1e-300)
+        return np.sum(pmf * _normal_tail(z), axis=-1)
+
+    low = np.zeros_like(a)
+    high = (a / np.maximum(1 - rho, 1e-9) + 10 * np.sqrt(a / np.maximum(1 - rho, 1e-9) ** 3) + 10) * mean_s \
+        * (1 + 4 * np.sqrt(scv))
+    for _ in range(BISECTIONS):
+        mid = (low + high) / 2
+        beyond = tail(mid) > 1 - p
+        low, high = np.where(beyond, mid, low), np.where(beyond, high, mid)
+    return np.where(rho < 1, high, np.nan)
+
+
 def chunked_itl_quantile(p: float, step_s, mixed_step_s, mixed_share):
     """Chunked prefill: a share f of steps carries a chunk and lasts t_mix, the rest d."""
     return np.where(p > 1 - np.clip(mixed_share, 0.0, 1.0), mixed_step_s, step_s)
@@ -192,6 +242,13 @@ def serving_percentiles(closed, in_flight, X, prefill_s, service_s, step_s, mean
     C' − 1 requests), m = W_MVA / busy, and the wait is capped at (C' − 1) E[S] + d.
     NaN where the prompt queue has no steady state (ρ ≥ 1).
     """
+    with np.errstate(over="ignore", invalid="ignore"):   # an unstable row overflows, then becomes NaN below
+        return _serving_percentiles(closed, in_flight, X, prefill_s, service_s, step_s, mean_step_s, steps,
+                                    prompt_tokens, chunk_free, t_mix, closed_wait_s, prefill_scv)
+
+
+def _serving_percentiles(closed, in_flight, X, prefill_s, service_s, step_s, mean_step_s, steps, prompt_tokens,
+                         chunk_free, t_mix, closed_wait_s, prefill_scv) -> dict:
     chunked = chunk_free > 0
     queue_service = np.where(chunked, prompt_tokens * t_mix / np.maximum(chunk_free, 1.0), prefill_s)
     rho = X * queue_service
@@ -207,9 +264,14 @@ def serving_percentiles(closed, in_flight, X, prefill_s, service_s, step_s, mean
     # prefill stalls between two decode steps: a = X d prompts arrive in a step, ρ per prefill
     stall_rho = np.where(closed, np.minimum(X * prefill_s, 0.99), X * prefill_s)
     arrivals = X * step_s
+    varied = np.any(np.asarray(prefill_scv) > 0)
     for name, p in PERCENTILES.items():
         whole = step_s + np.minimum(stall_count_quantile(p, arrivals, stall_rho),
                                     np.where(closed, in_flight, np.inf)) * prefill_s
+        if varied:   # prompts of different lengths: the stall is a sum of random prefills
+            whole = np.where(np.asarray(prefill_scv) > 0, step_s + np.minimum(
+                stall_time_quantile(p, arrivals, stall_rho, prefill_s, prefill_scv),
+                np.where(closed, in_flight, np.inf) * prefill_s), whole)
         mixed_share = X * prompt_tokens * mean_step_s / np.maximum(chunk_free, 1.0)
         out[f"itl_{name}_s"] = np.where(chunked, chunked_itl_quantile(p, step_s, t_mix, mixed_share), whole)
     wait_mean, wait_var = wait_moments(busy, tail_mean, step_s)

@@ -24,18 +24,29 @@ from collections.abc import Callable
 import numpy as np
 
 
-def simulate(itl_at: Callable, prefill_s: float, prompt_tokens: int, output_tokens: int, *, rate: float = 0.0,
+def simulate(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, *, rate: float = 0.0,
              concurrency: int = 0, chunk_tokens: int = 0, requests: int = 20_000, warmup: float = 0.1, seed: int = 0,
              max_events: int = 3_000_000, max_wall_s: float = 30.0) -> dict:
     """Simulate ``requests`` arrivals; return TTFT, ITL and E2E samples of the measured window.
+
+    ``prefill_s``, ``prompt_tokens`` and ``output_tokens`` are one request's, or arrays of a length
+    mix's requests (each arrival draws one of them uniformly; whole-prompt prefill only).
 
     Returns a dict of arrays ``ttft_s``, ``e2e_s`` (requests after the first ``warmup`` share),
     ``itl_s`` (every gap between tokens from the first measured arrival to the last arrival),
     ``mean_batch`` and ``truncated`` (True when a bound other than ``requests`` ended the run).
     """
     rng = np.random.default_rng(seed)
-    steps = max(output_tokens - 1, 1)
-    per_token_s = prefill_s / max(prompt_tokens, 1)
+    mixed = np.ndim(prompt_tokens) > 0
+    if mixed and chunk_tokens > 0:
+        raise ValueError("a length mix is simulated with whole-prompt prefill only")
+    prompts, outputs, prefills = (np.atleast_1d(np.asarray(v, dtype=float)) for v in (prompt_tokens, output_tokens,
+                                                                                     prefill_s))
+    kind = np.random.default_rng(seed + 1).integers(0, len(prompts), requests) if mixed else \
+        np.zeros(requests, dtype=np.int64)     # a separate stream: arrivals stay those of a fixed-length run
+    steps_of = np.maximum(outputs - 1, 1).astype(np.int64)
+    steps = float(steps_of.mean())
+    per_token_s = float(prefills[0] / max(prompts[0], 1))
     pending: list = []                                     # heap of (arrival time, id)
     if rate > 0:
         times = np.cumsum(rng.exponential(1.0 / rate, requests))
@@ -43,7 +54,7 @@ def simulate(itl_at: Callable, prefill_s: float, prompt_tokens: int, output_toke
         issued = requests
     else:
         # the first requests spread over one cycle, so that fixed lengths do not keep them in lockstep
-        cycle = steps * float(itl_at(np.array(float(concurrency)))) + concurrency * prefill_s
+        cycle = steps * float(itl_at(np.array(float(concurrency)))) + concurrency * float(prefills.mean())
         pending = [(float(t), i) for i, t in enumerate(np.sort(rng.uniform(0, cycle, concurrency)))]
         issued = concurrency
     heapq.heapify(pending)
@@ -63,7 +74,7 @@ def simulate(itl_at: Callable, prefill_s: float, prompt_tokens: int, output_toke
         while pending and pending[0][0] <= t:
             at, i = heapq.heappop(pending)
             arrival[i] = at
-            queue.append([i, prompt_tokens])
+            queue.append([i, int(prompts[kind[i]])])
             t_warm = at if i == warm_id else t_warm
             t_end = at if i == requests - 1 else t_end
         if not queue and not len(ids):
@@ -78,7 +89,7 @@ def simulate(itl_at: Callable, prefill_s: float, prompt_tokens: int, output_toke
         joined = []
         if chunk_tokens <= 0 and queue:                    # whole prompt, before any decode step
             i, _ = queue.popleft()
-            t += prefill_s
+            t += float(prefills[kind[i]])
             joined.append(i)
         else:
             n = len(ids)
@@ -108,7 +119,7 @@ def simulate(itl_at: Callable, prefill_s: float, prompt_tokens: int, output_toke
         if joined:
             first[joined] = t
             ids = np.concatenate([ids, joined])
-            left = np.concatenate([left, np.full(len(joined), steps)])
+            left = np.concatenate([left, steps_of[kind[joined]]])
             last = np.concatenate([last, np.full(len(joined), t)])
     measured = np.arange(requests) >= warm_id
     ok = measured & np.isfinite(first)

@@ -13,12 +13,17 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from estimator.errors import ConfigurationError, describe_validation_error
+from estimator.units import GiB
+from estimator.physics.kv_tiers import TIERS
 from estimator.physics.offload import DEFAULT_UBATCH_TOKENS, OFFLOAD_MODES
+from estimator.serving.lengths import length_mix
 from estimator.specs.model import ModelSpec
 
 # The host CPU assumed for partial offload unless told otherwise: a current desktop CPU
 # with dual-channel DDR5, the usual home of a consumer GPU.
 DEFAULT_HOST_CPU = "AMD Ryzen 9 7950X"
+# An HGX or OAM baseboard: eight devices on one NVLink / Infinity Fabric switch.
+DEFAULT_DEVICES_PER_NODE = 8
 
 
 class Layout(BaseModel):
@@ -30,7 +35,8 @@ class Layout(BaseModel):
     pp: int = Field(default=1, ge=1, description="pipeline stages")
     ep: int = Field(default=1, ge=1, description="expert-parallel ranks (within the TP group)")
     dp: int = Field(default=1, ge=1, description="data-parallel replicas")
-    devices_per_node: int = Field(default=8, ge=1, description="devices sharing one scale-up link (NVLink domain)")
+    devices_per_node: int = Field(default=DEFAULT_DEVICES_PER_NODE, ge=1,
+                                  description="devices sharing one scale-up link (NVLink domain)")
     network_gbps: float = Field(default=400.0, gt=0, description="scale-out network per device, Gbit/s one way")
 
     def columns(self) -> dict:
@@ -50,8 +56,14 @@ class Layout(BaseModel):
 
     @classmethod
     def from_devices(cls, devices: int | None = None, tp: int | None = None, pp: int = 1, ep: int = 1,
-                     **system) -> "Layout":
-        """Fill in what is not given: N devices alone means TP over all of them; TP and PP alone use tp·pp devices."""
+                     model: ModelSpec | None = None, **system) -> "Layout":
+        """Fill in what is not given; TP and PP alone use tp·pp devices.
+
+        N devices alone: tensor parallelism over all of them within one scale-up domain
+        (``devices_per_node``), data-parallel replicas across domains (the usual serving layout:
+        TP traffic stays on NVLink). With ``model``, the TP degree is the largest that also splits
+        its attention and KV heads; the rest become replicas.
+        """
         for name, value in (("devices", devices), ("tp", tp), ("pp", pp), ("ep", ep)):
             if value is not None and (isinstance(value, bool) or not float(value).is_integer() or value < 1):
                 raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
@@ -59,7 +71,10 @@ class Layout(BaseModel):
             devices = devices or pp
             if devices % pp:
                 raise ConfigurationError(f"{devices} devices cannot form {pp} pipeline stages; use a multiple of {pp}")
-            tp = devices // pp
+            # tensor parallelism stays on the scale-up link; beyond it, replicas (the usual serving layout)
+            node = system.get("devices_per_node", cls.model_fields["devices_per_node"].default)
+            tp = next(t for t in range(min(devices // pp, node), 0, -1)
+                      if (devices // pp) % t == 0 and (model is None or _splits_heads(model, t)))
         devices = devices or tp * pp
         if devices % (tp * pp):
             raise ConfigurationError(
@@ -71,18 +86,34 @@ class Layout(BaseModel):
             raise ConfigurationError(f"invalid layout: {describe_validation_error(exc)}") from None
 
 
+def scale_up_domain(hardware) -> int:
+    """Devices sharing one scale-up link: as the device's entry states (an NVL72 rack: 72), else an 8-device
+    HGX/OAM board."""
+    link = hardware.scale_up_link
+    return link.domain_devices if link is not None and link.domain_devices else DEFAULT_DEVICES_PER_NODE
+
+
 def as_layout(value: "int | Layout") -> Layout:
     """An int is a device count split by tensor parallelism."""
     return value if isinstance(value, Layout) else Layout.from_devices(devices=value)
 
 
-def check_workload(batches: Iterable, prompts: Iterable, outputs: Iterable) -> None:
-    """Whole numbers: at least one sequence, one prompt token and one output token."""
-    checks = (("batch", batches, 1), ("prompt tokens", prompts, 1), ("output tokens", outputs, 1))
-    for label, values, minimum in checks:
+def check_workload(batches: Iterable, prompts: Iterable, outputs: Iterable, mean_lengths: bool = False) -> None:
+    """At least one sequence, one prompt token and one output token; whole numbers, except lengths that are
+    the means of a benchmark dataset (``mean_lengths``)."""
+    checks = (("batch", batches, True), ("prompt tokens", prompts, not mean_lengths),
+              ("output tokens", outputs, not mean_lengths))
+    for label, values, whole in checks:
         for v in values:
-            if isinstance(v, bool) or not float(v).is_integer() or v < minimum:
-                raise ConfigurationError(f"{label} must be a whole number >= {minimum}, got {v!r}")
+            if isinstance(v, bool) or not np.isfinite(v) or (whole and not float(v).is_integer()) or v < 1:
+                kind = "a whole number" if whole else "a number"
+                raise ConfigurationError(f"{label} must be {kind} >= 1, got {v!r}")
+
+
+def _splits_heads(model: ModelSpec, tp: int) -> bool:
+    """Whether ``tp`` ranks split the model's attention heads, and its KV heads (or replicate them evenly)."""
+    sh = model.shape
+    return sh.num_attention_heads % tp == 0 and (sh.num_kv_heads % tp == 0 or tp % sh.num_kv_heads == 0)
 
 
 def check_layout(model: ModelSpec, layout: Layout) -> None:
@@ -139,6 +170,21 @@ class ServingOptions(BaseModel):
     concurrency: int = Field(default=0, ge=0, description="closed-loop load: requests kept in flight (0: use batch)")
     rate: float = Field(default=0.0, ge=0, description="open-loop load: requests per second (0: use batch)")
     chunked_prefill: int = Field(default=0, ge=0, description="token budget per step for chunked prefill (0: off)")
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="the scheduler's cap on sequences run at once (vLLM --max-num-seqs); "
+                                        "None: the engine profile's default for the device")
+    lengths: str | None = Field(
+        default=None, max_length=4096, description="under load: request lengths from a preset (chat, sharegpt, rag, "
+                                                    "reasoning) or a CSV of prompt,output per request")
+    kv_offload: Literal["none", "cpu", "disk"] = Field(
+        default="none", description="a second KV tier for prefix caching (LMCache-style): host memory or a drive")
+    kv_offload_gib: float = Field(default=0.0, ge=0, le=1e6, description="the tier's size per replica, GiB")
+    expert_skew: float = Field(
+        default=0.0, ge=0, le=10, description="MoE routing skew: the Zipf exponent s of expert popularity, "
+                                              "p_i ∝ i^-s (0: uniform, the default)")
+    prefix_hit_rate: float = Field(
+        default=0.0, ge=0, le=1, description="share of prompt tokens (beyond a shared --prefix-tokens) found in "
+                                             "the engine's prefix cache: they skip prefill")
 
     @property
     def under_load(self) -> bool:
@@ -158,7 +204,11 @@ class ServingOptions(BaseModel):
                 "cpu_moe": np.inf if self.cpu_moe == "all" else float(self.cpu_moe),
                 "ubatch_tokens": float(self.ubatch_tokens), "spec_tokens": self.draft_tokens,
                 "acceptance": self.acceptance, "draft_cost": self.draft_cost,
-                "concurrency": float(self.concurrency), "rate": self.rate, "chunk_tokens": float(self.chunked_prefill)}
+                "concurrency": float(self.concurrency), "rate": self.rate, "chunk_tokens": float(self.chunked_prefill),
+                "max_num_seqs": np.inf if self.max_num_seqs is None else float(self.max_num_seqs),
+                "prefix_hit_rate": self.prefix_hit_rate,
+                "length_mix": length_mix(self.lengths) if self.lengths else None, "expert_skew": self.expert_skew,
+                "kv_tier": TIERS[self.kv_offload], "kv_tier_bytes": self.kv_offload_gib * GiB}
 
     def check(self, prompts: Iterable[int], models: Iterable[ModelSpec] = (), layouts: Iterable[Layout] = ()) -> None:
         """Reject combinations that cannot run, saying what would."""
@@ -167,6 +217,27 @@ class ServingOptions(BaseModel):
                                      "(requests per second), not both")
         if self.chunked_prefill and not self.under_load:
             raise ConfigurationError("--chunked-prefill shapes a steady state under load; add --concurrency or --rate")
+        if (self.kv_offload == "none") != (self.kv_offload_gib == 0):
+            raise ConfigurationError("a second KV tier needs both --kv-offload cpu|disk and --kv-offload-gib N > 0")
+        if self.kv_offload != "none" and not self.prefix_hit_rate:
+            raise ConfigurationError("--kv-offload holds prefix-cache hits; add --prefix-hit-rate H")
+        if self.expert_skew:
+            dense = [m.name for m in models if m.shape.moe is None]
+            if dense:
+                raise ConfigurationError(f"--expert-skew shapes MoE routing, but {dense} are dense models")
+            if self.cpu_moe != 0:
+                raise ConfigurationError("--expert-skew with experts on the host CPU (--cpu-moe / --n-cpu-moe) is not "
+                                         "modelled: give one of them")
+        if self.lengths is not None:
+            if not self.under_load:
+                raise ConfigurationError("--lengths gives the request mix of a load; add --concurrency or --rate")
+            mix = length_mix(self.lengths)   # a bad file or preset name is refused here, naming it
+            if mix.prompt_tokens.min() <= self.prefix_tokens:
+                raise ConfigurationError(f"--lengths {self.lengths} has prompts of {mix.prompt_tokens.min():.0f} "
+                                         f"tokens, not longer than the cached prefix ({self.prefix_tokens})")
+        if self.max_num_seqs is not None and not self.under_load:
+            raise ConfigurationError("--max-num-seqs caps the running batch of a steady state under load; add "
+                                     "--concurrency or --rate (at a fixed --batch, the batch is what runs)")
         if (self.draft_model or self.draft_cost) and not self.draft_tokens:
             raise ConfigurationError("speculative decoding needs --draft-tokens G (tokens drafted per step), e.g. 4")
         if self.draft_model and self.draft_cost:

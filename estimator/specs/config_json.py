@@ -14,7 +14,17 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from estimator.errors import ConfigurationError, DatabaseError, describe_validation_error, read_text
-from estimator.specs.model import MECHANISMS, MLA, ModelSpec, MoE, Shape, unmodelled_message
+from estimator.specs.model import (
+    MECHANISMS,
+    MLA,
+    LinearAttention,
+    ModelSpec,
+    MoE,
+    PerLayerEmbeddings,
+    Shape,
+    SparseAttention,
+    unmodelled_message,
+)
 
 PLAIN_MLP_TYPES = {"gptj", "gpt_neox", "falcon", "gpt2", "phi", "opt", "bloom", "starcoder2"}
 # transformers' PretrainedConfig ties embeddings by default; these architectures' configs default to untied.
@@ -24,18 +34,20 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3
 ALWAYS_ONE_SHARED_EXPERT = {"llama4", "llama4_text"}
 
 # Mechanisms the shapes cannot describe (estimator.specs.model.MECHANISMS): a config that shows one gets a spec
-# that loads but refuses to be estimated. Architectures with linear-attention or state-space layers:
-RECURRENT_STATE_TYPES = {"qwen3_next", "mamba", "mamba2", "falcon_mamba", "jamba", "rwkv", "rwkv5", "rwkv6", "rwkv7",
+# that loads but refuses to be estimated. Architectures with state-space or recurrent layers:
+RECURRENT_STATE_TYPES = {"mamba", "mamba2", "falcon_mamba", "jamba", "rwkv", "rwkv5", "rwkv6", "rwkv7",
                          "recurrent_gemma", "zamba", "zamba2", "bamba", "falcon_h1", "nemotron_h", "lfm2",
                          "granitemoehybrid"}
-RECURRENT_STATE_KEYS = ("full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
-                        "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
-                        "ssm_state_size", "mamba_d_state")
+RECURRENT_STATE_KEYS = ("ssm_state_size", "mamba_d_state", "mamba_expand", "attn_layer_period")
 RECURRENT_LAYER_WORDS = ("linear", "mamba", "recurrent", "ssm", "rwkv", "deltanet")
-SPARSE_ATTENTION_TYPES = {"deepseek_v32"}
+# Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5), which Shape.linear_attention describes:
+GATED_DELTANET_KEYS = ("linear_num_key_heads", "linear_key_head_dim", "linear_num_value_heads",
+                       "linear_value_head_dim", "linear_conv_kernel_dim")
+GATED_DELTANET_LAYERS = {"linear_attention", "full_attention"}
+# Qwen3-Next's gated attention has no config key for its output gate; Qwen3.5 writes attn_output_gate.
+ALWAYS_OUTPUT_GATE = {"qwen3_next"}
 SPARSE_ATTENTION_KEYS = ("index_topk", "index_n_heads", "index_head_dim")   # DeepSeek-V3.2's lightning indexer
-PER_LAYER_EMBEDDING_TYPES = {"gemma3n", "gemma3n_text"}
-PER_LAYER_EMBEDDING_KEYS = ("hidden_size_per_layer_input", "vocab_size_per_layer_input")
+DEEPSEEK_V32_INDEXER = {"index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048}   # DeepseekV32Config defaults
 
 
 def _first(cfg: dict, *keys, default=None):
@@ -92,6 +104,56 @@ def _local_layers(cfg: dict, layers: int) -> tuple[int | None, int]:
     return window, layers
 
 
+def _gated_deltanet(text: dict) -> bool:
+    """Whether the config's recurrent layers are all Gated DeltaNet, which the shapes describe."""
+    layer_types = text.get("layer_types") if isinstance(text.get("layer_types"), list) else []
+    return all(text.get(k) for k in GATED_DELTANET_KEYS) and set(map(str, layer_types)) <= GATED_DELTANET_LAYERS \
+        and str(text.get("model_type")) not in RECURRENT_STATE_TYPES
+
+
+def _linear_attention(text: dict, layers: int, source: str) -> LinearAttention:
+    """Gated DeltaNet shapes; the interval from full_attention_interval, else from a periodic layer_types."""
+    interval = text.get("full_attention_interval")
+    kinds = text.get("layer_types")
+    if isinstance(kinds, list) and kinds:
+        full = [i for i, k in enumerate(kinds) if k == "full_attention"]
+        period = interval or (full[0] + 1 if full else layers + 1)
+        if len(kinds) != layers or full != [i for i in range(layers) if (i + 1) % period == 0]:
+            raise DatabaseError(f"{source}: layer_types puts full attention at layers {_shown_list(full)}, not every "
+                                f"{period}-th layer; the shapes hold a full_attention_interval only")
+        interval = period
+    return LinearAttention(full_attention_interval=interval or 4, num_key_heads=text["linear_num_key_heads"],
+                           key_head_dim=text["linear_key_head_dim"], num_value_heads=text["linear_num_value_heads"],
+                           value_head_dim=text["linear_value_head_dim"],
+                           conv_kernel_dim=text["linear_conv_kernel_dim"])
+
+
+def _sparse_attention(cfg: dict, text: dict) -> SparseAttention | None:
+    """DeepSeek Sparse Attention; a deepseek_v32 config without the keys takes DeepseekV32Config's defaults."""
+    if not any(text.get(k) for k in SPARSE_ATTENTION_KEYS) and "deepseek_v32" not in {
+            cfg.get("model_type"), text.get("model_type")}:
+        return None
+    return SparseAttention(**{k: text.get(k) or default for k, default in DEEPSEEK_V32_INDEXER.items()})
+
+
+def _per_layer_embeddings(text: dict) -> PerLayerEmbeddings | None:
+    if not text.get("hidden_size_per_layer_input"):
+        return None
+    return PerLayerEmbeddings(hidden_size_per_layer_input=text["hidden_size_per_layer_input"],
+                              vocab_size_per_layer_input=text.get("vocab_size_per_layer_input") or text["vocab_size"])
+
+
+def _kv_shared(text: dict, layers: int, source: str) -> tuple[int, int]:
+    """Layers that reuse an earlier layer's KV cache (the last num_kv_shared_layers), and how many are local."""
+    shared = text.get("num_kv_shared_layers") or 0
+    kinds = text.get("layer_types") if isinstance(text.get("layer_types"), list) else []
+    local = sum(k in ("sliding_attention", "chunked_attention") for k in kinds[layers - shared:]) if shared else 0
+    if shared and not kinds and text.get("sliding_window"):
+        raise DatabaseError(f"{source}: num_kv_shared_layers is set without layer_types, so which of the shared "
+                            "layers are sliding-window ones is not known")
+    return shared, local
+
+
 def unmodelled_mechanisms(cfg: dict) -> list[str]:
     """Mechanisms a config.json shows that the shapes cannot describe, in MECHANISMS order."""
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
@@ -103,12 +165,12 @@ def unmodelled_mechanisms(cfg: dict) -> list[str]:
     layer_types = text.get("layer_types") if isinstance(text.get("layer_types"), list) else []
     recurrent_layer = any(word in str(t).lower() for t in layer_types for word in RECURRENT_LAYER_WORDS)
     pattern = str(_first(text, "hybrid_override_pattern", default=""))   # Nemotron-H: M = Mamba layer
+    recurrent = bool(types & RECURRENT_STATE_TYPES) or has(RECURRENT_STATE_KEYS) or recurrent_layer or "M" in pattern \
+        or has(GATED_DELTANET_KEYS)
+    widths = text.get("intermediate_size")
     found = {
-        "linear_attention_state": bool(types & RECURRENT_STATE_TYPES) or has(RECURRENT_STATE_KEYS)
-        or recurrent_layer or "M" in pattern,
-        "sparse_attention": bool(types & SPARSE_ATTENTION_TYPES) or has(SPARSE_ATTENTION_KEYS),
-        "per_layer_embeddings": bool(types & PER_LAYER_EMBEDDING_TYPES) or has(PER_LAYER_EMBEDDING_KEYS),
-        "kv_cache_sharing": has(("num_kv_shared_layers",)),
+        "linear_attention_state": recurrent and not _gated_deltanet(text),
+        "per_layer_ffn_widths": isinstance(widths, list) and len(set(map(repr, widths))) > 1,
     }
     return [m for m in MECHANISMS if found[m]]
 
@@ -172,6 +234,7 @@ def _shape(cfg: dict, text: dict, source: str) -> Shape:
         head_dim = (mla.qk_nope_head_dim + mla.qk_rope_head_dim) if mla else _first(
             text, "head_dim", default=hidden // heads)
         window, local = _local_layers(text, layers)
+        shared, shared_local = _kv_shared(text, layers, source)
         return Shape(
             hidden_size=hidden, num_layers=layers, num_attention_heads=heads, num_kv_heads=kv_heads,
             head_dim=head_dim,
@@ -183,7 +246,13 @@ def _shape(cfg: dict, text: dict, source: str) -> Shape:
                 default=cfg.get("tie_word_embeddings", text.get("model_type") not in UNTIED_BY_DEFAULT))),
             max_context=_first(text, "max_position_embeddings", "n_positions", "seq_length", default=2048),
             mlp_gated=text.get("model_type") not in PLAIN_MLP_TYPES,
-            sliding_window=window, num_local_layers=local, moe=_moe(text, layers), mla=mla)
+            sliding_window=window, num_local_layers=local, moe=_moe(text, layers), mla=mla,
+            attention_output_gate=bool(text.get("attn_output_gate") or text.get("model_type") in ALWAYS_OUTPUT_GATE),
+            linear_attention=_linear_attention(text, layers, source) if _gated_deltanet(text) else None,
+            sparse_attention=_sparse_attention(cfg, text),
+            per_layer_embeddings=_per_layer_embeddings(text),
+            num_kv_shared_layers=shared, num_kv_shared_local_layers=shared_local,
+            altup_num_inputs=text.get("altup_num_inputs") or 1, laurel_rank=text.get("laurel_rank") or 0)
     except ValidationError as exc:
         raise DatabaseError(f"{source}: not valid model shapes: {describe_validation_error(exc)}") from None
     except KeyError as exc:

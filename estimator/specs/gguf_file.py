@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from estimator.errors import ConfigurationError, describe_validation_error
 from estimator.specs.formats import weight_format
+from estimator.specs.gguf_mechanisms import PER_LAYER_EMBEDDING_TENSOR, mechanism_fields, refuse_recurrent
 from estimator.specs.model import MLA, ModelSpec, MoE, Shape
 from estimator.specs.stored import ParamCounter, PartBytes, StoredModelSpec, cached_reader, stored_spec
 
@@ -39,8 +40,8 @@ ARCHITECTURES: dict[str, str | int] = {
     "gemma": "none", "gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2, "phi3": "all", "command-r": "none",
     "granite": "none", "granitemoe": "none", "olmo2": "none", "olmoe": "none", "starcoder2": "none",
     "falcon": "none", "internlm2": "none", "stablelm": "none", "exaone": "none", "glm4": "none", "glm4moe": "none",
-    "smollm3": "none", "deepseek2": "none",
-}
+    "smollm3": "none", "deepseek2": "none", "deepseek32": "none", "qwen3next": "none", "gemma3n": 5,
+}   # the last three with mechanisms read by estimator.specs.gguf_mechanisms
 NATIVE_TYPES = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
 
 
@@ -211,7 +212,7 @@ def _read_parts(parts: list[Path]) -> tuple[dict, list[TensorInfo]]:
 
 
 def _part_of(name: str) -> str:
-    if name.startswith("token_embd."):
+    if name.startswith("token_embd.") or name == PER_LAYER_EMBEDDING_TENSOR:   # both read by rows
         return "embedding"
     if name.startswith("output."):
         return "head"
@@ -246,8 +247,8 @@ def _int(meta: dict, key: str, source: str, default=None) -> int | None:
     if isinstance(value, list):   # per-layer values: equal in every layer, or not representable
         if value and all(v == value[0] for v in value):
             return value[0]
-        raise ConfigurationError(f"{source}: {key} differs between layers ({sorted(set(value))}); "
-                                 "per-layer shapes are not supported")
+        raise ConfigurationError(f"{source}: {key} differs between layers ({sorted(set(value))}); per-layer shapes "
+                                 "(such as a MatFormer mix-n-match sub-model's feed-forward widths) are not modelled")
     if value is not None and not isinstance(value, (int, float)):
         raise ConfigurationError(f"{source}: {key} is {value!r}, expected a number")
     return None if value is None else int(value)
@@ -312,6 +313,8 @@ def _moe(meta: dict, arch: str, tensors: list[TensorInfo], layers: int, d_ff: in
 
 def _shape(meta: dict, tensors: list[TensorInfo], source: str) -> tuple[str, Shape]:
     arch = meta.get("general.architecture")
+    if isinstance(arch, str):
+        refuse_recurrent(arch, source)
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise ConfigurationError(f"{source}: GGUF architecture {arch!r} is not supported; supported: "
                                  f"{', '.join(sorted(ARCHITECTURES))}")
@@ -356,7 +359,8 @@ def _arch_shape(meta: dict, tensors: list[TensorInfo], source: str, arch: str) -
         _int(meta, f"{arch}.attention.key_length", source, d // heads),
         intermediate_size=d_ff, vocab_size=embd.dims[1], tie_word_embeddings="output.weight" not in names,
         max_context=_int(meta, f"{arch}.context_length", source, 2048), mlp_gated=n_mat == 3,
-        sliding_window=window, num_local_layers=local, moe=moe, mla=mla)
+        sliding_window=window, num_local_layers=local, moe=moe, mla=mla,
+        **mechanism_fields(meta, names, arch, layers, d, lambda key, default: _int(meta, key, source, default), source))
 
 
 def _label(meta: dict, parts: PartBytes) -> str:

@@ -129,6 +129,9 @@ class Link(Frozen):
 
     kind: str = Field(description="e.g. 'PCIe 5.0 x16', 'NVLink 4', 'NVLink-C2C', 'Infinity Fabric'")
     bandwidth: Quantity = Field(description="per device, one direction")
+    domain_devices: int | None = Field(
+        default=None, ge=2, le=1024, description="devices this link joins into one scale-up domain (a GB200 NVL72 "
+                                                 "rack: 72), as the bandwidth's source states; None: not stated")
 
     @model_validator(mode="after")
     def _unit(self) -> "Link":

@@ -31,7 +31,7 @@ UNQUANTIZED = {"BF16": "bf16", "F16": "f16", "F32": "f32"}
 MAX_HEADER_BYTES = 100_000_000    # the safetensors format refuses larger headers
 # Tensors of other towers than the text decoder: stored, but not part of the model the estimate times.
 OTHER_TOWERS = re.compile(r"(vision_tower|vision_model|visual\.|multi_modal_projector|mm_projector|audio_tower|"
-                          r"image_newline|vision_embed|speech_)")
+                          r"image_newline|vision_embed|speech_|embed_vision\.|embed_audio\.)")
 QUANT_METHODS = ("awq", "gptq", "fp8", "compressed-tensors", "bitsandbytes", "mxfp4", "modelopt", "exl2", "exl3",
                  "hqq", "mlx (quantization key)")
 
@@ -110,8 +110,8 @@ def _part_of(name: str, layers: int) -> str:
     layer = re.search(r"layers\.(\d+)\.", name)
     if (layer and int(layer[1]) >= layers) or re.search(r"(^|\.)mtp\.", name):
         return "skip:multi-token-prediction layers"
-    if re.search(r"(embed_tokens|wte|word_embeddings|tok_embeddings)\.", name):
-        return "embedding"
+    if re.search(r"(embed_tokens|wte|word_embeddings|tok_embeddings|embed_tokens_per_layer)\.", name):
+        return "embedding"   # a per-layer-embedding table (Gemma 3n) is read by rows too
     if re.search(r"(^|\.)(lm_head|embed_out)\.", name):
         return "head"
     if ".experts." in name:

@@ -12,7 +12,7 @@ reader sums them into four parts: the token embedding, the output head, the rout
 everything else. :func:`exact_weight_format` turns each sum into the bits per weight of that part,
 against the same parameter counts the formula multiplies them by::
 
-    β_emb    = bytes(embedding) · 8 / (V·d)
+    β_emb    = bytes(embedding) · 8 / (V·d + V_ple·L·d_ple)   (a per-layer-embedding table joins it)
     β_head   = bytes(head) · 8 / (V·d)                    (β_emb when the head is tied)
     β_expert = bytes(routed experts) · 8 / (L_moe·E·P_e)
     β_dense  = (bytes(everything else) − 2·norms) · 8 / P_dense
@@ -48,8 +48,8 @@ from estimator.formatting import gigabytes
 from estimator.specs.formats import WeightFormat
 from estimator.specs.model import ModelSpec
 
-# A count_params-like function: ModelSpec -> an object with embedding, head, attention, dense_mlp,
-# shared_experts, router, routed_experts and norms (estimator.physics.params.ParamCounts).
+# A count_params-like function: ModelSpec -> an object with embedding, per_layer_embedding, head, dense_linear,
+# routed_experts and norms (estimator.physics.params.ParamCounts).
 ParamCounter = Callable[[ModelSpec], object]
 # File and formula parameter counts of one part may differ by biases and rounding, not more.
 ELEMENT_TOLERANCE = 0.02
@@ -98,8 +98,9 @@ class PartBytes:
 
 
 def _linear_counts(counts) -> dict[str, int]:
-    return {"embedding": counts.embedding, "head": counts.head, "experts": counts.routed_experts,
-            "dense": counts.attention + counts.dense_mlp + counts.shared_experts + counts.router}
+    """Weights per part; a per-layer-embedding table is read by rows like the embedding, so it joins that part."""
+    return {"embedding": counts.embedding + counts.per_layer_embedding, "head": counts.head,
+            "experts": counts.routed_experts, "dense": counts.dense_linear}
 
 
 def check_elements(parts: PartBytes, counts, source: str) -> None:

@@ -37,6 +37,14 @@ def build_decoder(torch, spec: ModelSpec, device: str, dtype):
     s = spec.shape
     if s.mla is not None:
         raise ConfigurationError(f"--local builds GQA decoders (dense or MoE); {spec.name} uses MLA attention")
+    extras = [words for words, used in (
+        ("Gated DeltaNet layers", s.linear_attention), ("sparse attention", s.sparse_attention),
+        ("per-layer embeddings", s.per_layer_embeddings), ("KV-cache sharing", s.num_kv_shared_layers),
+        ("AltUp", s.altup_num_inputs > 1), ("LAuReL", s.laurel_rank), ("an attention output gate",
+                                                                       s.attention_output_gate)) if used]
+    if extras:
+        raise ConfigurationError(f"--local builds plain GQA decoders (dense or MoE); {spec.name} uses "
+                                 f"{', '.join(extras)}")
     F = torch.nn.functional
     d, h, kv, dh, L = s.hidden_size, s.num_attention_heads, s.num_kv_heads, s.head_dim, s.num_layers
     g = torch.Generator(device=device).manual_seed(0)

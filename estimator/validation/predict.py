@@ -3,11 +3,12 @@
 Columns are those of the measurement schema (``measurements_db/SCHEMA.md``). Required: ``id,
 hardware, n_gpus, model, weight_format, batch, input_len, output_len, metric``; optional: ``value,
 unit``, ``engine`` (else the ``framework`` text picks the profile in ``engines_db/``), ``tp``,
-``kv_format``, ``attention`` (fused, the default, or unfused), ``context_depth`` (tokens already in
-the KV cache, as llama-bench's ``ppN @ dM``), ``gpu_layers``, ``concurrency`` and ``request_rate``
-(a serving benchmark: the steady state of continuous batching under that load), ``cpu_moe``. A row
-that cannot be predicted gets a status and a reason, and the other rows still run. Names with a
-parenthetical remark (``FP8 (ModelOpt)``) are tried with and without it.
+``pp``, ``ep``, ``dp``, ``kv_format``, ``attention`` (fused, the default, or unfused), ``context_depth``
+(tokens already in the KV cache, as llama-bench's ``ppN @ dM``), ``gpu_layers``, ``concurrency`` and
+``request_rate`` (a serving benchmark: the steady state of continuous batching under that load), with
+``max_num_seqs`` (else the engine's default) and ``prefix_hit_rate``, ``cpu_moe``. Mean lengths may be
+fractional. A row that cannot be predicted gets a status and a reason, and the other rows still
+run. Names with a parenthetical remark (``FP8 (ModelOpt)``) are tried with and without it.
 
 A row without a batch and without a load (an offline max-throughput benchmark that queues every
 request at once) is evaluated at the largest batch whose KV cache fits at that context, and its
@@ -41,7 +42,7 @@ from estimator.errors import (
 from estimator.evaluation.api import resolve_model
 from estimator.evaluation.configurations import Configuration, ConfigurationColumns
 from estimator.evaluation.intervals import TIME_METRICS, default_backend, measurement_band, measurement_regime
-from estimator.serving.workload import Layout, ServingOptions, check_layout
+from estimator.serving.workload import Layout, ServingOptions, check_layout, scale_up_domain
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import kv_format, weight_format
 
@@ -56,6 +57,20 @@ METRICS = {
     "throughput_out_tps_per_gpu": ("throughput_out_tps_per_gpu", 1.0),
     "e2e_latency_s": ("e2e_latency_s", 1.0),
 }
+# A latency published as a percentile of a serving benchmark is compared with the same percentile of
+# the queueing model (docs/formulas.md §14); a mean, or a statistic the model lacks, with the mean.
+PERCENTILE_COLUMNS = {("ttft_ms", "median"): "ttft_p50_s", ("ttft_ms", "p90"): "ttft_p90_s",
+                      ("ttft_ms", "p99"): "ttft_p99_s", ("itl_ms", "median"): "itl_p50_s",
+                      ("itl_ms", "p90"): "itl_p90_s", ("itl_ms", "p99"): "itl_p99_s",
+                      ("e2e_latency_s", "p99"): "e2e_p99_s"}
+
+
+def result_column(metric: str, statistic: str, under_load: bool) -> tuple[str, float]:
+    """The result column a measured metric is compared with, and the factor to the metric's unit."""
+    column, factor = METRICS[metric]
+    return (PERCENTILE_COLUMNS.get((metric, statistic), column) if under_load else column), factor
+
+
 REQUIRED = ("id", "hardware", "n_gpus", "model", "weight_format", "batch", "input_len", "output_len", "metric")
 OUTPUT_COLUMNS = ("id", "status", "engine", "metric", "predicted", "predicted_low", "predicted_high", "measured",
                   "unit", "rel_error", "reason")
@@ -83,8 +98,9 @@ def _cell(row: dict, key: str) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
-def _number(row: dict, key: str, default: float | None = None, minimum: float = 0.0) -> float:
-    """A numeric cell, at least ``minimum``; ``default`` when empty (an error when there is none)."""
+def _number(row: dict, key: str, default: float | None = None, minimum: float = 0.0,
+            maximum: float = math.inf) -> float:
+    """A numeric cell in [``minimum``, ``maximum``]; ``default`` when empty (an error when there is none)."""
     text = _cell(row, key)
     if not text:
         if default is None:
@@ -94,8 +110,9 @@ def _number(row: dict, key: str, default: float | None = None, minimum: float = 
         value = float(text)
     except ValueError:
         raise ConfigurationError(f"column {key!r} is not a number: {text!r}") from None
-    if not math.isfinite(value) or value < minimum:
-        raise ConfigurationError(f"column {key!r} must be a finite number >= {minimum:g}, got {text!r}")
+    if not math.isfinite(value) or value < minimum or value > maximum:
+        accepted = f">= {minimum:g}" if math.isinf(maximum) else f"from {minimum:g} to {maximum:g}"
+        raise ConfigurationError(f"column {key!r} must be a finite number {accepted}, got {text!r}")
     return value
 
 
@@ -132,11 +149,7 @@ def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None
     hardware = hardware or hardware_of_row(row, db)
     model = _resolve(lambda n: resolve_model(n, db), _cell(row, "model")).require_modelled()
     fmt = _resolve(weight_format, _cell(row, "weight_format"))
-    devices = _int(row, "n_gpus", 1, minimum=1)
-    if engine is not None and engine.multi_gpu == "layers":
-        layout = Layout(tp=1, pp=devices)
-    else:
-        layout = Layout.from_devices(devices=devices, tp=_int(row, "tp", 0) or None)
+    layout = layout_of_row(row, model, hardware, engine)
     check_layout(model, layout)
     return Configuration(
         model=model,
@@ -145,7 +158,24 @@ def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None
         kv_format=_resolve(kv_format, _cell(row, "kv_format") or "f16"),
         layout=layout, batch=_int(row, "batch", 1, minimum=1),  # no batch: saturated or under load below
         # a generation benchmark from an empty context (llama-bench tgN) starts from one BOS token
-        prompt_tokens=max(_int(row, "input_len", 0), 1), output_tokens=max(_int(row, "output_len", 1), 1))
+        # the mean lengths of a benchmark dataset may be fractional
+        prompt_tokens=max(_number(row, "input_len", 0.0), 1.0), output_tokens=max(_number(row, "output_len", 1.0), 1.0))
+
+
+def layout_of_row(row: dict, model, hardware, engine: EngineProfile | None = None) -> Layout:
+    """The row's layout: its ``tp``, ``pp``, ``ep`` and ``dp`` columns, the rest filled in as the engine splits
+    a model (:meth:`Layout.from_devices`: TP within the device's scale-up domain, replicas across domains;
+    llama.cpp and ExLlamaV2 split layers, a pipeline)."""
+    devices = _int(row, "n_gpus", 1, minimum=1)
+    tp, pp, ep, dp = (_int(row, key, 0) or None for key in ("tp", "pp", "ep", "dp"))
+    if engine is not None and engine.multi_gpu == "layers" and tp is None and pp is None:
+        tp, pp = 1, devices // (dp or 1)
+    layout = Layout.from_devices(devices=devices, tp=tp, pp=pp or 1, ep=ep or 1, model=model,
+                                 devices_per_node=scale_up_domain(hardware))
+    if dp is not None and layout.dp != dp:
+        raise ConfigurationError(f"n_gpus {devices} with tp={layout.tp} and pp={layout.pp} makes {layout.dp} "
+                                 f"replicas, not the row's dp={dp}; n_gpus must be tp x pp x dp")
+    return layout
 
 
 def serving_from_row(row: dict) -> ServingOptions:
@@ -153,6 +183,8 @@ def serving_from_row(row: dict) -> ServingOptions:
     depth = _int(row, "context_depth", 0)
     options = dict(attention=_attention(row), prefix_tokens=depth, gpu_layers=_int(row, "gpu_layers", 0) or None,
                    concurrency=_int(row, "concurrency", 0), rate=_number(row, "request_rate", 0.0),
+                   max_num_seqs=_int(row, "max_num_seqs", 0) or None,
+                   prefix_hit_rate=_number(row, "prefix_hit_rate", 0.0, maximum=1.0),
                    # MoE layers whose experts are in host memory (llama.cpp --n-cpu-moe; docs/formulas.md §8)
                    cpu_moe=_int(row, "cpu_moe", 0))
     if options["cpu_moe"] and _cell(row, "n_ubatch"):   # experts cross the host link once per micro-batch
@@ -198,6 +230,7 @@ class Resolved:
     serving: list[ServingOptions] = field(default_factory=list)  # attention, cached context, offload, load
     saturate: list[bool] = field(default_factory=list)          # offline: the largest batch that fits
     metrics: list[str] = field(default_factory=list)
+    columns: list[tuple[str, float]] = field(default_factory=list)  # result column and factor per row
     cache: dict = field(default_factory=dict, repr=False, compare=False)  # prepared columns, per group
 
 
@@ -216,6 +249,9 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             profile = engine_of_row(row, hardware)
             config = configuration_from_row(row, db, profile, hardware)
             serving = serving_from_row(row)
+            if serving.under_load and serving.max_num_seqs is None and profile.scheduler is not None:
+                cap = profile.scheduler.max_num_seqs_on(hardware)   # the engine's default for this device
+                serving = serving.model_copy(update={"max_num_seqs": None if math.isinf(cap) else int(cap)})
             if serving.prefix_tokens:   # a prompt measured on top of cached tokens (llama-bench ppN @ dM)
                 config = replace(config, prompt_tokens=config.prompt_tokens + serving.prefix_tokens)
             serving.check([config.prompt_tokens], [config.model], [config.layout])
@@ -225,12 +261,16 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             result["status"], result["reason"] = _status(exc), str(exc)
         else:
             result["engine"] = profile.name
+            if config.layout.dp > 1 and not (_cell(row, "tp") or _cell(row, "dp")):
+                result["reason"] = f"layout chosen: {config.layout.label} (TP within a scale-up domain, replicas " \
+                                   "across; give tp/pp/ep/dp columns to set it)"
             resolved.positions.append(i)
             resolved.configs.append(config)
             resolved.engines.append(profile.name)
             resolved.serving.append(serving)
             resolved.saturate.append(not _cell(row, "batch") and not serving.under_load)
             resolved.metrics.append(result["metric"])
+            resolved.columns.append(result_column(result["metric"], _cell(row, "statistic"), serving.under_load))
         out.append(result)
     return resolved, out
 
@@ -254,8 +294,8 @@ def predicted_array(resolved: Resolved, parameters: dict[str, EngineDefaults] | 
     """Each resolved row's prediction in its metric's unit (the fast path a fit calls many times)."""
     out = np.full(len(resolved.configs), np.nan)
     for idx, columns, _ in _evaluated_groups(resolved, parameters, False):
-        for column, factor in {METRICS[resolved.metrics[i]] for i in idx}:
-            rows = [j for j, i in enumerate(idx) if METRICS[resolved.metrics[i]][0] == column]
+        for column, factor in {resolved.columns[i] for i in idx}:
+            rows = [j for j, i in enumerate(idx) if resolved.columns[i][0] == column]
             out[np.asarray(idx)[rows]] = np.asarray(columns[column], dtype=float)[rows] * factor
     return out
 
@@ -302,7 +342,7 @@ def _attention(row: dict) -> str:
 
 def predicted_values(resolved: Resolved, results: list[dict]):
     """Each resolved row's prediction in its metric's unit."""
-    return np.array([float(r[METRICS[m][0]]) * METRICS[m][1] for r, m in zip(results, resolved.metrics)])
+    return np.array([float(r[column]) * factor for r, (column, factor) in zip(results, resolved.columns)])
 
 
 def predict_rows(rows: list[dict], db: Database | None = None) -> list[dict]:
@@ -321,7 +361,7 @@ def predict_rows(rows: list[dict], db: Database | None = None) -> list[dict]:
 
 
 def _fill(result: dict, r: dict, limit: dict, resolved: Resolved, j: int, row: dict) -> None:
-    column, factor = METRICS[result["metric"]]
+    column, factor = resolved.columns[j]
     predicted = float(r[column]) * factor
     result["predicted"] = f"{predicted:.6g}" if math.isfinite(predicted) else ""
     if not r["fits"]:

@@ -1,0 +1,191 @@
+"""Request-length distributions: what a mix of prompt and output lengths changes under load.
+
+A mix is an equally weighted sample of (prompt, output) pairs: the rows of a CSV of observed
+requests, or a preset whose prompt and output lengths are independent lognormals fixed by a published median
+and mean (or upper percentile) (``length_presets.yaml``). docs/formulas.md §14, "Request lengths", has the formulas:
+
+- throughput and Little's law use the mean output E[O];
+- the prefill queue sees the mean prefill time and its squared coefficient of variation c_s²;
+- a decode batch holds each request for its O steps, so its sequences are length-biased: their mean
+  context is E[O (P + O/2)] / E[O], and their final lengths have mean μ = E[O (P + O)] / E[O] and a
+  spread σ;
+- the largest batch that fits is the N with N μ + z √N σ within the KV cache (z = 2.33: the cache
+  overflows in 1% of steps), not the N of the mean request.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+import yaml
+
+from estimator.errors import ConfigurationError, DatabaseError, read_text
+
+PRESETS_FILE = "length_presets.yaml"
+QUANTILE_POINTS = 24            # per length of a preset: 24 x 24 = 576 (prompt, output) pairs
+OVERFLOW_PROBABILITY = 0.01     # the KV cache may overflow in this share of steps (engines then preempt)
+MAX_REQUESTS = 1_000_000        # rows of a lengths file
+
+
+@dataclass(frozen=True)
+class LengthMix:
+    """An equally weighted sample of requests' (prompt, output) token counts."""
+
+    name: str
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    @property
+    def mean_prompt_tokens(self) -> float:
+        return float(self.prompt_tokens.mean())
+
+    @property
+    def mean_output_tokens(self) -> float:
+        return float(self.output_tokens.mean())
+
+    def _decode_weighted(self, values: np.ndarray) -> float:
+        """The mean of ``values`` over the sequences in a decode batch: each request weighs its O steps."""
+        return float(self.output_tokens @ values) / float(self.output_tokens.sum())
+
+    def decode_lengths(self) -> tuple[float, float]:
+        """(P', O') of a request whose decode context and final length have the batch's means.
+
+        P' + O'/2 = E[O (P + O/2)] / E[O] (mean context) and P' + O' = E[O (P + O)] / E[O] = μ.
+        """
+        P, O = self.prompt_tokens, self.output_tokens
+        final = self._decode_weighted(P + O)
+        context = self._decode_weighted(P + O / 2)
+        out = 2 * (final - context)
+        return final - out, out
+
+    def final_length_spread(self) -> float:
+        """σ of the final length P + O over the sequences in a decode batch (length-biased)."""
+        final = self.prompt_tokens + self.output_tokens
+        mean = self._decode_weighted(final)
+        return math.sqrt(max(self._decode_weighted(final ** 2) - mean ** 2, 0.0))
+
+
+def request_spread(prefill_s, output_tokens) -> dict:
+    """Per-request prefill times (the last axis runs over a mix's requests) reduced to what the queue needs.
+
+    ``prefill_s`` is the mean prefill, ``scv`` its c_s²; a request's own prefill and output length
+    are at their own quantile, so the p-quantile of TTFT adds ``prefill_pXX_shift_s`` = S_p − E[S] to
+    the queue's, and E2E p99 adds ``output_p99_extra`` = O_p99 − E[O] decode steps. Adding quantiles
+    of independent parts overstates the quantile of their sum: an upper estimate.
+    """
+    prefill_s = np.asarray(prefill_s, dtype=float)
+    mean = prefill_s.mean(axis=-1)
+    out = {"prefill_s": mean, "scv": prefill_s.var(axis=-1) / np.maximum(mean, 1e-300) ** 2,
+           "output_p99_extra": float(np.quantile(output_tokens, 0.99) - np.mean(output_tokens))}
+    for name, p in (("p50", 0.50), ("p90", 0.90), ("p99", 0.99)):
+        out[f"prefill_{name}_shift_s"] = np.quantile(prefill_s, p, axis=-1) - mean
+    return out
+
+
+def batch_that_fits(max_batch_at_mean, final_mean_tokens: float, final_spread_tokens: float):
+    """The largest N with N μ + z √N σ ≤ (KV capacity), the capacity being ``max_batch_at_mean`` sequences of μ.
+
+    Examples
+    --------
+    Without spread the mean request sets the batch; with a spread of one mean length, fewer fit:
+
+    >>> float(batch_that_fits(100.0, 1000.0, 0.0)), float(batch_that_fits(100.0, 1000.0, 1000.0))
+    (100.0, 79.0)
+    """
+    z = NormalDist().inv_cdf(1 - OVERFLOW_PROBABILITY)
+    capacity = np.asarray(max_batch_at_mean, dtype=float) * final_mean_tokens
+    b = z * final_spread_tokens
+    root = (-b + np.sqrt(b * b + 4 * final_mean_tokens * capacity)) / (2 * final_mean_tokens)
+    return np.floor(root ** 2)
+
+
+def read_lengths_file(path: str | Path) -> LengthMix:
+    """A CSV with columns ``prompt,output`` (tokens per request, one request per row)."""
+    text = read_text(path, "--lengths", ConfigurationError)
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames or not {"prompt", "output"} <= {f.strip() for f in reader.fieldnames}:
+        raise ConfigurationError(f"--lengths {path}: expected a CSV with columns prompt,output (tokens per request), "
+                                 f"got columns {reader.fieldnames}")
+    prompts, outputs = [], []
+    for line, row in enumerate(reader, start=2):
+        row = {(k or "").strip(): v for k, v in row.items()}
+        for key, into, minimum in (("prompt", prompts, 1), ("output", outputs, 1)):
+            text = (row.get(key) or "").strip()
+            try:
+                value = float(text)
+            except ValueError:
+                value = math.nan
+            if not (math.isfinite(value) and value.is_integer() and minimum <= value <= 1e8):
+                raise ConfigurationError(f"--lengths {path}, line {line}: {key} must be a whole number of tokens "
+                                         f"from {minimum} to 100,000,000, got {text!r}")
+            into.append(value)
+        if len(prompts) > MAX_REQUESTS:
+            raise ConfigurationError(f"--lengths {path}: more than {MAX_REQUESTS:,} requests; sample them first")
+    if not prompts:
+        raise ConfigurationError(f"--lengths {path}: no requests (expected rows of prompt,output)")
+    return LengthMix(Path(path).name, np.array(prompts), np.array(outputs))
+
+
+# A preset's lognormal is fixed by its median and one more published statistic: the mean when it is
+# given (it sets throughput), else an upper percentile (exp(σ z_p) = p-quantile / median).
+SPREAD_STATISTICS = {"mean": None, "p90": 0.90, "p99": 0.99}
+
+
+def lognormal_sigma(part: dict) -> float:
+    """σ of the lognormal through a preset part's median and its mean (or p90, or p99)."""
+    for key, p in SPREAD_STATISTICS.items():
+        if key in part:
+            ratio = part[key] / part["median"]
+            return math.sqrt(2 * math.log(ratio)) if p is None else math.log(ratio) / NormalDist().inv_cdf(p)
+    raise KeyError("mean, p90 or p99")
+
+
+@lru_cache(maxsize=1)
+def load_presets() -> dict:
+    """The presets' published statistics, checked: a source, a median, and a larger mean, p90 or p99."""
+    doc = yaml.safe_load(resources.files("estimator.serving").joinpath(PRESETS_FILE).read_text())
+    for name, entry in doc.items():
+        for key in ("prompt", "output"):
+            part = entry.get(key) or {}
+            spread = next((part[k] for k in SPREAD_STATISTICS if k in part), 0)
+            if not (part.get("source", "").startswith("http") and 0 < part.get("median", 0) < spread):
+                raise DatabaseError(f"estimator/serving/{PRESETS_FILE}: {name}.{key} needs a source URL, a median "
+                                    "and a larger mean, p90 or p99")
+    return doc
+
+
+def _lognormal_points(part: dict) -> np.ndarray:
+    """A preset part's lognormal as equally likely points: the mean of each of QUANTILE_POINTS equal-probability
+    bins, E[X | bin] = e^{μ+σ²/2} (Φ(z_b − σ) − Φ(z_a − σ)) / P(bin), so the points keep the mean exactly."""
+    median, sigma = part["median"], lognormal_sigma(part)
+    normal = NormalDist()
+    edges = [-math.inf] + [normal.inv_cdf(k / QUANTILE_POINTS) for k in range(1, QUANTILE_POINTS)] + [math.inf]
+    mean = median * math.exp(sigma ** 2 / 2)
+    points = [mean * (normal.cdf(b - sigma) - normal.cdf(a - sigma)) * QUANTILE_POINTS
+              for a, b in zip(edges[:-1], edges[1:])]
+    return np.maximum(np.round(points), 1.0)
+
+
+def preset(name: str) -> LengthMix:
+    """A preset as a mix: independent prompt and output lognormals on a quantile grid."""
+    presets = load_presets()
+    if name not in presets:
+        raise ConfigurationError(f"--lengths {name!r}: not a CSV file or a preset; presets: {', '.join(presets)}")
+    entry = presets[name]
+    prompts, outputs = _lognormal_points(entry["prompt"]), _lognormal_points(entry["output"])
+    P, O = np.meshgrid(prompts, outputs, indexing="ij")
+    return LengthMix(name, P.ravel(), O.ravel())
+
+
+@lru_cache(maxsize=8)
+def length_mix(value: str) -> LengthMix:
+    """A preset name, or the path of a CSV of requests (read once per run)."""
+    return read_lengths_file(value) if Path(value).suffix or Path(value).exists() else preset(value)

@@ -1,0 +1,73 @@
+"""Skewed expert routing: distinct experts read, the busiest expert-parallel rank, and the estimate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from estimator import estimate
+from estimator.errors import ConfigurationError
+from estimator.physics.expert_skew import busiest_rank, distinct_experts, inclusion_probabilities
+from estimator.physics.traffic import expected_experts
+from tests.helpers import cli
+
+
+@pytest.mark.parametrize("E, k, tokens", [(8, 2, 1), (8, 2, 16), (128, 8, 64), (256, 8, 3)])
+def test_no_skew_is_uniform_routing(E, k, tokens):
+    assert float(distinct_experts(E, k, tokens, 0.0)) == pytest.approx(float(expected_experts(E, k, tokens)))
+    assert float(busiest_rank(E, k, tokens, 0.0, 4)[0]) == pytest.approx(0.25)
+
+
+def test_a_skewed_router_by_hand():
+    # E = 4, k = 1, s = 1: p = (1, 1/2, 1/3, 1/4) / (25/12) = (0.48, 0.24, 0.16, 0.12)
+    assert inclusion_probabilities(4, 1, 1.0) == pytest.approx([0.48, 0.24, 0.16, 0.12])
+    # two tokens: sum of 1 - (1 - p)^2 = 0.7296 + 0.4224 + 0.2944 + 0.2256
+    assert float(distinct_experts(4, 1, 2, 1.0)) == pytest.approx(1.672)
+    # two ranks dealt by popularity: rank 0 holds experts 1 and 3
+    share, touched = busiest_rank(4, 1, 2, 1.0, 2)
+    assert float(share) == pytest.approx(0.64) and float(touched) == pytest.approx(0.7296 + 0.2944)
+
+
+def test_top_k_never_picks_an_expert_twice():
+    pi = inclusion_probabilities(8, 4, 5.0)
+    assert pi.max() <= 1.0 and pi.sum() == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("batch", [1, 4, 32, 256])
+def test_on_one_device_more_skew_never_reads_more(batch, db):
+    read = [estimate("mixtral-8x7b", "h200", batch=batch, expert_skew=s).decode_bytes_weights
+            for s in (0.0, 0.5, 1.0, 2.0)]
+    assert np.all(np.diff(read) <= 1e-6 * read[0]), read
+
+
+@pytest.mark.parametrize("model, experts, k, gpus", [("mixtral-8x7b", 8, 2, 2), ("qwen3-30b-a3b", 128, 8, 4)])
+def test_under_expert_parallelism_more_skew_never_speeds_a_compute_bound_pass(model, experts, k, gpus, db):
+    """A long prefill is compute-bound: the busiest rank's token share sets it.
+
+    While no expert is picked by every token (k p_1 < 1). Beyond, the top experts saturate and
+    spread evenly over the ranks: in the limit every token picks the same k experts, which the
+    popularity-order placement balances.
+    """
+    skews = [s for s in np.linspace(0, 2, 9) if inclusion_probabilities(experts, k, s).max() < 1]
+    assert len(skews) >= 3
+    ttft = [estimate(model, "h100", n_gpus=gpus, ep=gpus, prompt_tokens=8192, weight_format="fp8",
+                     expert_skew=s).ttft_s for s in skews]
+    assert np.all(np.diff(ttft) >= 0) and ttft[-1] > 1.01 * ttft[0], ttft
+    shares = [float(busiest_rank(experts, k, 4096, s, gpus)[0]) for s in skews]
+    assert np.all(np.diff(shares) > 0)
+
+
+def test_skew_without_expert_parallelism_does_not_unbalance(db):
+    """Tensor parallelism splits every expert over all ranks: skew only removes reads."""
+    plain = estimate("mixtral-8x7b", "h100", n_gpus=2, prompt_tokens=8192, weight_format="fp8")
+    skewed = estimate("mixtral-8x7b", "h100", n_gpus=2, prompt_tokens=8192, weight_format="fp8", expert_skew=1.5)
+    assert skewed.ttft_s <= plain.ttft_s
+
+
+def test_bad_skews_are_refused(capsys):
+    code, _, err = cli(capsys, "estimate", "--model", "mixtral-8x7b", "--gpu", "h100", "--expert-skew", "-1")
+    assert code == 2 and "--expert-skew" in err and "from 0 to 10" in err and "Traceback" not in err
+    with pytest.raises(ConfigurationError, match="dense models"):
+        estimate("llama-3.1-8b", "h100", expert_skew=1.0)
+    with pytest.raises(ConfigurationError, match="not modelled"):
+        estimate("qwen3-30b-a3b", "rtx 4090", weight_format="Q4_K_M", cpu_moe="all", expert_skew=1.0)

@@ -1,0 +1,161 @@
+"""The scheduler's cap on running sequences, prefix-cache hits, and the layouts and lengths `predict` accepts."""
+
+import numpy as np
+import pytest
+
+from estimator import estimate
+from estimator.efficiency.engine_profiles import engine
+from estimator.errors import ConfigurationError
+from estimator.validation.predict import predict_rows
+from tests.helpers import cli
+
+COMMON = dict(prompt_tokens=1024, output_tokens=256)
+
+
+def test_requests_beyond_the_cap_wait_for_a_slot(db):
+    """Closed loop past max_num_seqs: throughput holds, the extra clients queue, and Little's law still holds."""
+    at_cap = estimate("llama-3.1-8b", "h100", concurrency=64, max_num_seqs=64, **COMMON)
+    beyond = estimate("llama-3.1-8b", "h100", concurrency=160, max_num_seqs=64, **COMMON)
+    assert not beyond.saturated and beyond.queued_requests == 96 and beyond.max_running_sequences == 64
+    assert beyond.throughput_out_tps == pytest.approx(at_cap.throughput_out_tps, rel=0.01)
+    assert beyond.ttft_s == pytest.approx(at_cap.ttft_s + 96 / beyond.request_rate, rel=0.02)
+    # every client is either waiting or being served: C = X · (wait + service)
+    assert beyond.request_rate * beyond.e2e_latency_s == pytest.approx(160, rel=0.02)
+    for q in ("p50", "p90", "p99"):
+        assert beyond.results[f"ttft_{q}_s"] >= at_cap.results[f"ttft_{q}_s"] + 0.9 * 96 / beyond.request_rate
+
+
+def test_a_cap_lowers_throughput_and_itl_never_rises(db):
+    free = estimate("llama-3.1-8b", "h100", concurrency=200, **COMMON)
+    capped = estimate("llama-3.1-8b", "h100", concurrency=200, max_num_seqs=32, **COMMON)
+    assert capped.steady_batch <= 32 < free.steady_batch
+    assert capped.itl_s < free.itl_s and capped.throughput_out_tps < free.throughput_out_tps
+    assert capped.ttft_s > free.ttft_s
+
+
+def test_an_open_loop_beyond_the_cap_saturates(db):
+    capped = estimate("llama-3.1-8b", "h100", rate=1.0, max_num_seqs=4, **COMMON)
+    assert capped.max_rate < estimate("llama-3.1-8b", "h100", rate=1.0, **COMMON).max_rate
+    over = estimate("llama-3.1-8b", "h100", rate=2 * capped.max_rate, max_num_seqs=4, **COMMON)
+    assert over.saturated and over.to_dict()["ttft_p99_s"] is None
+
+
+def test_vllm_caps_by_device_as_its_source_says(db):
+    """vLLM: 1024 sequences on a 70+ GiB device that is not an A100, 256 elsewhere; no cap for a generic engine."""
+    vllm = engine("vllm").scheduler
+    assert vllm.max_num_seqs_on(db.hardware.get("h100")) == 1024
+    assert vllm.max_num_seqs_on(db.hardware.get("a100 80gb sxm")) == 256
+    assert vllm.max_num_seqs_on(db.hardware.get("l40s")) == 256
+    assert engine("generic").scheduler is None
+    small = dict(prompt_tokens=128, output_tokens=128, concurrency=2000)
+    on_h100 = estimate("llama-3.2-1b", "h100", engine="vllm", **small)
+    on_a100 = estimate("llama-3.2-1b", "a100 80gb sxm", engine="vllm", **small)
+    assert on_h100.max_running_sequences == 1024 and on_a100.max_running_sequences == 256
+    assert estimate("llama-3.2-1b", "h100", **small).max_running_sequences > 1024   # the KV cache alone
+
+
+def test_max_num_seqs_needs_a_load(capsys):
+    code, out, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--max-num-seqs", "8")
+    assert code == 2 and "add --concurrency or --rate" in err and len(err.splitlines()) == 1 and not out
+    code, out, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--concurrency", "300",
+                         "--max-num-seqs", "100")
+    assert code == 0 and "at most 100 sequences run at once, 200 waiting for a slot" in out
+
+
+@pytest.mark.parametrize("value", ["-0.1", "1.5", "nan", "x"])
+def test_a_hit_rate_outside_zero_to_one_is_refused(capsys, value):
+    code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--prefix-hit-rate", value)
+    assert code == 2 and "--prefix-hit-rate" in err and "from 0 to 1" in err and "Traceback" not in err
+
+
+def test_prefix_hits_skip_prefill_but_not_attention(db):
+    cold = estimate("llama-3.1-8b", "h100", prompt_tokens=4096)
+    warm = estimate("llama-3.1-8b", "h100", prompt_tokens=4096, prefix_hit_rate=0.75)
+    full = estimate("llama-3.1-8b", "h100", prompt_tokens=4096, prefix_hit_rate=1.0)
+    assert warm.prefill_flops_linear == pytest.approx(cold.prefill_flops_linear / 4)
+    # the new quarter attends to the whole prompt: more than a quarter of the attention pairs
+    assert cold.prefill_flops_attention / 4 < warm.prefill_flops_attention < cold.prefill_flops_attention
+    assert full.cached_tokens == 4095 and full.ttft_s > 0     # the last token is always computed
+    assert warm.memory_kv_cache_bytes == cold.memory_kv_cache_bytes   # hits stay in the sequence's cache
+
+
+def test_more_hits_never_raise_ttft_below_saturation(db):
+    for load in (dict(concurrency=32), dict(rate=2.0)):
+        ttft = [estimate("llama-3.1-8b", "h100", prompt_tokens=8192, output_tokens=256, prefix_hit_rate=h,
+                         **load) for h in np.linspace(0, 0.95, 6)]
+        assert all(not e.saturated for e in ttft)
+        for q in ("ttft_s", "ttft_p50_s", "ttft_p99_s"):
+            values = [e.results[q] for e in ttft]
+            assert np.all(np.diff(values) <= 1e-12), (load, q, values)
+
+
+ROW = {"id": "r", "hardware": "NVIDIA H100 SXM", "n_gpus": "1", "model": "meta-llama/Llama-3.1-8B-Instruct",
+       "weight_format": "bf16", "batch": "", "input_len": "1024", "output_len": "256", "metric": "ttft_ms",
+       "engine": "vLLM"}
+
+
+def test_predict_reads_the_cap_and_the_hit_rate(db):
+    base, capped, hits, bad = predict_rows([
+        {**ROW, "concurrency": "300"}, {**ROW, "id": "c", "concurrency": "300", "max_num_seqs": "32"},
+        {**ROW, "id": "h", "concurrency": "32", "prefix_hit_rate": "0.9"},
+        {**ROW, "id": "b", "concurrency": "32", "prefix_hit_rate": "1.2"}], db)
+    assert base["status"] == capped["status"] == hits["status"] == "ok"
+    assert float(capped["predicted"]) > 2 * float(base["predicted"])
+    assert float(hits["predicted"]) < float(predict_rows([{**ROW, "concurrency": "32"}], db)[0]["predicted"])
+    assert bad["status"] == "invalid" and "'prefix_hit_rate'" in bad["reason"] and "from 0 to 1" in bad["reason"]
+
+
+def test_predict_lays_out_devices_beyond_a_node(db):
+    """64 H100s: TP 8 within each HGX board, 8 replicas; 72 GB200s form one NVL72 domain, TP limited by the heads."""
+    row = {**ROW, "model": "meta-llama/Llama-3.1-70B-Instruct", "batch": "64", "metric": "throughput_out_tps",
+           "weight_format": "fp8"}
+    hgx, nvl, given = predict_rows([{**row, "n_gpus": "64"}, {**row, "id": "g", "n_gpus": "72", "hardware": "GB200"},
+                                    {**row, "id": "t", "n_gpus": "64", "tp": "4", "pp": "2", "dp": "8"}], db)
+    assert "layout chosen: tp8 pp1 ep1 dp8" in hgx["reason"] and hgx["status"] == "ok"
+    assert "tp8 pp1 ep1 dp9" in nvl["reason"]
+    assert given["status"] == "ok" and "layout chosen" not in given["reason"]
+    wrong = predict_rows([{**row, "n_gpus": "64", "tp": "8", "dp": "4"}], db)[0]
+    assert wrong["status"] == "invalid" and "n_gpus must be tp x pp x dp" in wrong["reason"]
+
+
+def test_predict_takes_fractional_mean_lengths(db):
+    whole, mean = predict_rows([{**ROW, "batch": "8"}, {**ROW, "id": "m", "batch": "8", "input_len": "1024.5",
+                                                        "output_len": "255.5"}], db)
+    assert mean["status"] == "ok" and float(mean["predicted"]) == pytest.approx(float(whole["predicted"]), rel=0.01)
+    with pytest.raises(ConfigurationError, match="whole number"):
+        estimate("llama-3.1-8b", "h100", prompt_tokens=1024.5)
+
+
+def test_the_last_step_of_a_long_generation(db):
+    """itl_end_s times one step at the full context: a 2-token generation from the same context, nearly."""
+    long = estimate("qwen3-32b", "h100", prompt_tokens=1000, output_tokens=32000)
+    last = estimate("qwen3-32b", "h100", prompt_tokens=32998, output_tokens=2)   # its one step attends to 33,000
+    assert long.itl_end_s == pytest.approx(last.itl_s, rel=1e-4)
+    assert long.itl_end_s > long.itl_s > estimate("qwen3-32b", "h100", prompt_tokens=1000, output_tokens=2).itl_s
+    loaded = estimate("qwen3-32b", "h100", prompt_tokens=1000, output_tokens=32000, concurrency=2)
+    assert loaded.itl_end_s > loaded.itl_s and long.max_batch == loaded.max_batch
+
+
+def test_a_second_kv_tier_holds_more_prefixes_and_costs_a_copy(db):
+    """LMCache-style tier: capacity gained for cached prefixes; hits found there cross the host link or come off a drive."""
+    common = dict(n_gpus=2, weight_format="fp8", prompt_tokens=8000, prefix_hit_rate=0.8)
+    device_only = estimate("llama-3.1-70b", "h100", **common)
+    small, large = (estimate("llama-3.1-70b", "h100", kv_offload="cpu", kv_offload_gib=g, **common) for g in (64, 512))
+    disk = estimate("llama-3.1-70b", "h100", kv_offload="disk", kv_offload_gib=512, **common)
+    assert device_only.kv_tier_load_s == 0 and device_only.prefix_cache_tokens < small.prefix_cache_tokens \
+        < large.prefix_cache_tokens
+    per_token = large.kv_cache_bytes_per_token
+    assert large.prefix_cache_tokens - small.prefix_cache_tokens == pytest.approx(448 * 2**30 / per_token, rel=0.02)
+    # the same hit rate: more of it in the tier, more to copy back; a drive is slower than the host link
+    assert 0 < small.kv_tier_load_s < large.kv_tier_load_s < disk.kv_tier_load_s
+    assert large.ttft_s == pytest.approx(device_only.ttft_s + large.kv_tier_load_s)
+    hits_bytes_per_device = 0.8 * 7999 * per_token / 2   # 80% of the prompt, a device's half of the cache
+    assert large.kv_tier_load_s < hits_bytes_per_device / (0.8 * 63e9) * 1.01 + 1e-9   # never beyond the link
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(kv_offload="cpu"), "both --kv-offload"), (dict(kv_offload_gib=8.0), "both --kv-offload"),
+    (dict(kv_offload="disk", kv_offload_gib=8.0), "add --prefix-hit-rate")])
+def test_a_kv_tier_needs_its_size_and_hits(options, message, db):
+    with pytest.raises(ConfigurationError, match=message):
+        estimate("llama-3.1-8b", "h100", **options)
