@@ -58,7 +58,7 @@ def _estimate_kwargs(args: argparse.Namespace) -> dict:
         gpu_layers=args.gpu_layers, host_cpu=args.host_cpu, draft_model=args.draft_model,
         draft_tokens=args.draft_tokens, acceptance=args.acceptance, draft_cost=args.draft_cost,
         concurrency=args.concurrency, rate=args.rate, chunked_prefill=args.chunked_prefill,
-        max_num_seqs=args.max_num_seqs, prefix_hit_rate=args.prefix_hit_rate, lengths=args.lengths,
+        max_num_seqs=args.max_num_seqs, num_requests=args.num_requests or 0, prefix_hit_rate=args.prefix_hit_rate, lengths=args.lengths,
         expert_skew=args.expert_skew, kv_offload=args.kv_offload, kv_offload_gib=args.kv_offload_gib,
         calibration=args.profile if chosen else None if args.calibration == "none" else args.calibration,
         engine=args.engine, cpu_moe="all" if args.cpu_moe else (args.n_cpu_moe or 0))

@@ -156,6 +156,9 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
                       help="steady state at R requests/s arriving (open loop)")
     p.add_argument("--chunked-prefill", type=_whole(), default=0, metavar="TOKENS",
                    help="under load: mix prompt chunks into decode steps within this token budget per step")
+    p.add_argument("--num-requests", type=_whole(), metavar="N",
+                   help="with --rate: a finite benchmark of N requests (vllm bench serve --num-prompts); offered "
+                        "more than the engine serves, it runs at capacity while its backlog grows")
     p.add_argument("--max-num-seqs", type=_whole(), metavar="N",
                    help="under load: the scheduler runs at most N sequences at once, the rest wait (vLLM "
                         "--max-num-seqs; default: the engine profile's, e.g. vLLM 1024 on 70+ GiB cards, else 256)")

@@ -146,7 +146,7 @@ ESTIMATE_FLAGS = {
     "--acceptance": number(0, 1, [0.0, 0.5, 1.0]), "--draft-cost": number(0, 1, [0.0, 0.05, 1.0]),
     "--concurrency": whole(1, 10**9, [1, 32, 10**9]), "--rate": number(1e-6, 1e9, [0.5, 5.0, 1e-6, 1e9]),
     "--chunked-prefill": whole(1, 10**9, [1, 512]),
-    "--max-num-seqs": whole(1, 10**9, [1, 256]),
+    "--max-num-seqs": whole(1, 10**9, [1, 256]), "--num-requests": whole(1, 10**9, [500]),
     "--prefix-hit-rate": number(0, 1, [0.5, 0.9]),
     "--expert-skew": number(0, 10, [0.0, 1.0]),
     "--kv-offload": choice(["none", "cpu", "disk"]), "--kv-offload-gib": number(0, 1e6, [0.0, 64.0]),

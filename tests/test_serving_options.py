@@ -159,3 +159,37 @@ def test_a_second_kv_tier_holds_more_prefixes_and_costs_a_copy(db):
 def test_a_kv_tier_needs_its_size_and_hits(options, message, db):
     with pytest.raises(ConfigurationError, match=message):
         estimate("llama-3.1-8b", "h100", **options)
+
+
+def test_an_offline_row_runs_at_the_engines_cap(db):
+    """No batch, no load: the engine runs what its KV cache holds, up to its max_num_seqs."""
+    row = {**ROW, "model": "meta-llama/Llama-3.2-1B", "input_len": "128", "output_len": "128",
+           "metric": "throughput_out_tps"}
+    generic, vllm, stated = predict_rows([{**row, "engine": "generic"}, {**row, "id": "v"},
+                                          {**row, "id": "s", "max_num_seqs": "8"}], db)
+    batch = [int(r["reason"].rsplit(" ", 1)[1]) for r in (generic, vllm, stated)]
+    assert batch[0] > 1024 and batch[1] == 1024 and batch[2] == 8
+    assert float(stated["predicted"]) < float(vllm["predicted"])
+
+
+def test_a_finite_benchmark_beyond_capacity_runs_at_capacity_with_a_backlog(db):
+    """--rate above what the engine serves, --num-requests N: no steady state, a backlog that grows with N."""
+    common = dict(n_gpus=4, tp=4, prompt_tokens=467, output_tokens=256, engine="TensorRT-LLM")
+    endless = estimate("llama-3.1-70b", "h100", rate=32, **common)
+    assert endless.saturated
+    capacity = endless.max_rate
+    few, many = (estimate("llama-3.1-70b", "h100", rate=32, num_requests=n, **common) for n in (500, 5000))
+    assert not few.saturated and few.request_rate == pytest.approx(0.999 * capacity, rel=1e-6)
+    assert few.throughput_out_tps == pytest.approx(0.999 * capacity * 256, rel=1e-6)
+    # a few hundred requests fit in the engine's slots: no wait for a slot; thousands wait
+    assert few.backlog_wait_s == 0 and many.backlog_wait_s > 10
+    assert many.ttft_s == pytest.approx(few.ttft_s + many.backlog_wait_s)
+    assert many.ttft_p50_s < many.ttft_p90_s < many.ttft_p99_s
+    below = estimate("llama-3.1-70b", "h100", rate=4, num_requests=5000, **common)
+    assert below.backlog_wait_s == 0 and below.ttft_s == estimate("llama-3.1-70b", "h100", rate=4, **common).ttft_s
+
+
+def test_num_requests_needs_a_rate(capsys):
+    code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--concurrency", "8",
+                       "--num-requests", "500")
+    assert code == 2 and "add --rate" in err and len(err.splitlines()) == 1

@@ -49,7 +49,7 @@ from estimator.specs.model import ModelSpec
 # Under a load (concurrency or rate) a sweep also returns the steady state; a saturated row has no latencies.
 LOAD_COLUMNS = ("steady_batch", "request_rate", "saturated", "max_rate", "ttft_prefill_s", "ttft_p50_s", "ttft_p90_s",
                 "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_p99_s", "queued_requests",
-                "max_running_sequences")
+                "max_running_sequences", "backlog_wait_s")
 # The columns a sweep returns unless ``detail=True`` asks for the ledgers too.
 MAIN_COLUMNS = (
     "ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total", "e2e_latency_s",
@@ -305,7 +305,7 @@ class Estimate(Configuration):
         speed_keys = {"ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total",
                       "e2e_latency_s", "tpot_inclusive_s", "throughput_out_tps", "throughput_out_tps_per_gpu",
                       "ttft_prefill_s", "request_rate", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s",
-                      "itl_p90_s", "itl_p99_s", "e2e_p99_s", "itl_end_s", "kv_tier_load_s"}
+                      "itl_p90_s", "itl_p99_s", "e2e_p99_s", "itl_end_s", "kv_tier_load_s", "backlog_wait_s"}
         speed_keys |= {f"{k}_{end}" for k in speed_keys for end in ("low", "high")}
         results = {k: (None if (k in speed_keys and not self.runnable) or _not_finite(v) else v)
                    for k, v in self.results.items()}
@@ -328,7 +328,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
              cpu_moe: int | str = 0,
              host_cpu: str = DEFAULT_HOST_CPU, draft_model: str | None = None, draft_tokens: int = 0,
              acceptance: float = 0.7, draft_cost: float = 0.0, concurrency: int = 0, rate: float = 0.0,
-             chunked_prefill: int = 0, max_num_seqs: int | None = None, prefix_hit_rate: float = 0.0,
+             chunked_prefill: int = 0, max_num_seqs: int | None = None, num_requests: int = 0,
+             prefix_hit_rate: float = 0.0,
              lengths: str | None = None, expert_skew: float = 0.0, kv_offload: str = "none",
              kv_offload_gib: float = 0.0,
              calibration: str | CalibrationProfile | None = "auto",
@@ -370,7 +371,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
                        host_cpu=host_cpu,
                        draft_model=draft_model, draft_tokens=draft_tokens, acceptance=acceptance, draft_cost=draft_cost,
                        concurrency=concurrency, rate=rate, chunked_prefill=chunked_prefill,
-                       max_num_seqs=max_num_seqs, prefix_hit_rate=prefix_hit_rate, lengths=lengths,
+                       max_num_seqs=max_num_seqs, num_requests=num_requests, prefix_hit_rate=prefix_hit_rate,
+                       lengths=lengths,
                        expert_skew=expert_skew, kv_offload=kv_offload, kv_offload_gib=kv_offload_gib)
     if lengths:   # the mix's mean lengths are the workload's
         mix = length_mix(lengths)

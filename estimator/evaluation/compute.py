@@ -10,7 +10,12 @@ import numpy as np
 
 from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults
 from estimator.evaluation.fixed_batch import DEFAULT_SERVING, results_at_batch
-from estimator.serving.continuous_batching import max_sustainable_rate, steady_state
+from estimator.serving.continuous_batching import (
+    MAX_UTILISATION,
+    backlog_wait_s,
+    max_sustainable_rate,
+    steady_state,
+)
 from estimator.serving.lengths import LengthMix, batch_that_fits, request_spread
 
 # Latency percentiles under a load, from estimator.serving.percentiles.
@@ -49,9 +54,17 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     requests = _requests(one) if mix is None else _requests_of_mix(at, dp, T_run, mix)
     max_batch = one["max_batch"] / dp if mix is None else \
         batch_that_fits(one["max_batch"] / dp, float(sum(mix.decode_lengths())), mix.final_length_spread())
+    slots = np.maximum(np.minimum(max_batch, serving["max_num_seqs"]), 1)
+    capacity = max_sustainable_rate(at(slots * dp)["itl_s"], requests["prefill_s"], O, slots)   # per replica
+    # a finite benchmark (num_requests) offered more than that runs at capacity while its backlog grows
+    rate = serving["rate"] / dp
+    finite = (np.asarray(serving["num_requests"]) > 0) & (rate > 0)
+    served = np.where(finite, np.minimum(rate, MAX_UTILISATION * capacity), rate)
+    backlog = {q: backlog_wait_s(np.asarray(serving["num_requests"]) / dp, np.where(finite, rate, 0.0), capacity,
+                                 slots, p) for q, p in (("mean", None), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}
     state = steady_state(lambda n: at(n * dp)["itl_s"], requests["prefill_s"],
                          np.asarray(T, dtype=float) - requests["cached_tokens"], O, serving["concurrency"] / dp,
-                         serving["rate"] / dp, max_batch, serving["chunk_tokens"], prefill_scv=requests["scv"],
+                         served, max_batch, serving["chunk_tokens"], prefill_scv=requests["scv"],
                          max_num_seqs=serving["max_num_seqs"])
     steady = state["steady_batch"] * dp
     # a saturated engine runs full while its queue grows: report it at the largest batch that fits
@@ -65,11 +78,13 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     out.update({
         "ttft_prefill_s": requests["prefill_s"],
         "kv_tier_load_s": one["kv_tier_load_s"],      # per prompt, as the prefill above
-        "ttft_s": state["ttft_s"],
+        "ttft_s": state["ttft_s"] + backlog["mean"],
+        "backlog_wait_s": backlog["mean"],
         "itl_s": finite_itl,
         "decode_tps_per_seq": 1.0 / finite_itl,
         "decode_tps_total": steady / finite_itl,
-        "e2e_latency_s": state["ttft_s"] + np.maximum(np.asarray(O, dtype=float) - 1, 0) * finite_itl,
+        "e2e_latency_s": state["ttft_s"] + backlog["mean"] + np.maximum(np.asarray(O, dtype=float) - 1, 0)
+        * finite_itl,
         "throughput_out_tps": request_rate * np.asarray(O, dtype=float),
         "throughput_out_tps_per_gpu": request_rate * np.asarray(O, dtype=float)
         / (np.asarray(layout["tp"]) * np.asarray(layout["pp"]) * dp),
@@ -79,13 +94,13 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
         "queued_requests": state["queued_requests"] * dp,
         # the running-batch limit over all replicas: the KV cache's capacity or the scheduler's max_num_seqs
         "max_running_sequences": state["slots"] * dp,
-        "max_rate": max_sustainable_rate(at(state["slots"] * dp)["itl_s"], one["ttft_s"], O, state["slots"]) * dp,
+        "max_rate": capacity * dp,
     })
     out["tpot_inclusive_s"] = out["e2e_latency_s"] / np.asarray(O, dtype=float)
     # percentiles of the queueing model (docs/formulas.md §14); NaN (null) when saturated
     # a request's own lengths spread its TTFT and E2E beyond the queue's spread (docs/formulas.md §14)
-    shifts = {f"ttft_{q}_s": requests[f"prefill_{q}_shift_s"] for q in ("p50", "p90", "p99")}
-    shifts["e2e_p99_s"] = requests["prefill_p99_shift_s"] + requests["output_p99_extra"] * finite_itl
+    shifts = {f"ttft_{q}_s": requests[f"prefill_{q}_shift_s"] + backlog[q] for q in ("p50", "p90", "p99")}
+    shifts["e2e_p99_s"] = requests["prefill_p99_shift_s"] + requests["output_p99_extra"] * finite_itl + backlog["p99"]
     out.update({k: np.where(state["saturated"], np.nan, state[k] + shifts.get(k, 0.0)) for k in PERCENTILE_COLUMNS})
     if mix is not None:
         out["max_batch"] = out["max_concurrency"] = np.floor(max_batch) * dp

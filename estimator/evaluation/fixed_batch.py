@@ -50,7 +50,8 @@ DEFAULT_SERVING = {"paged": True, "block_tokens": PAGED_BLOCK_TOKENS, "prefix_to
                    "offload": NONE, "gpu_layers": 0, "cpu_moe": 0.0,
                    "ubatch_tokens": DEFAULT_UBATCH_TOKENS, "spec_tokens": 0, "acceptance": 0.0, "draft_cost": 0.0,
                    "concurrency": 0.0, "rate": 0.0, "chunk_tokens": 0.0, "max_num_seqs": np.inf, "prefix_hit_rate": 0.0,
-                   "length_mix": None, "expert_skew": 0.0, "kv_tier": 0, "kv_tier_bytes": 0.0}
+                   "length_mix": None, "expert_skew": 0.0, "kv_tier": 0, "kv_tier_bytes": 0.0,
+                   "num_requests": 0.0}
 PARTS = ("linear_s", "attention_s", "communication_s", "offload_s", "overhead_s", "compute_s", "memory_s")
 
 

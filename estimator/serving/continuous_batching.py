@@ -137,6 +137,34 @@ def _ttft(prefill_s, prompt_tokens, chunk_free, t_mix, t_step, X, prefill_scv=0.
     return service + u * prefill_s * (1 + prefill_scv) / (2 * (1 - u)) + t_step / 2
 
 
+def backlog_wait_s(requests, rate, capacity, slots, quantile=None):
+    """A finite open-loop benchmark offered more than the engine serves: the wait its backlog adds.
+
+    Notes
+    -----
+    ``requests`` n arrive at ``rate`` R above the sustainable rate μ (``capacity``). The engine admits
+    up to S (``slots``) sequences and serves μ requests/s, so by the arrival of request i (at i/R) it
+    has finished about i μ/R of them and i (1 − μ/R) are in the system; request i waits for a slot
+    W_i = max(0, i a − S/μ), a = 1/μ − 1/R (docs/formulas.md §14, "Finite benchmarks"). With
+    ``quantile`` q: W at i = q n; without: the mean over i = 0 … n, a (n − i₀)² / (2n),
+    i₀ = S / (μ a). 0 when R ≤ μ, when n is 0 (an endless steady state), or when the engine holds
+    the whole backlog (its ITL grows instead: the steady state at capacity).
+
+    Examples
+    --------
+    500 requests offered at 32/s to an engine that serves 14/s and runs 100 at once: the mean waits 4.2 s.
+
+    >>> round(float(backlog_wait_s(500, 32.0, 14.0, 100)), 1)
+    4.2
+    """
+    R, mu, n, S = (np.asarray(v, dtype=float) for v in (rate, capacity, requests, slots))
+    a = np.where((R > mu) & (n > 1), 1 / np.maximum(mu, 1e-300) - 1 / np.maximum(R, 1e-300), 0.0)
+    first = np.minimum(S / np.maximum(mu, 1e-300) / np.maximum(a, 1e-300), n)    # the first request that waits
+    if quantile is not None:
+        return np.where(a > 0, np.maximum(quantile * n * a - S / np.maximum(mu, 1e-300), 0.0), 0.0)
+    return np.where(a > 0, a * (n - first) ** 2 / (2 * np.maximum(n, 1.0)), 0.0)
+
+
 def max_sustainable_rate(itl_at_max, prefill_s, output_tokens, max_batch):
     """Request rate at which the decode batch reaches the KV-cache capacity (whole-prompt prefill).
 

@@ -170,6 +170,8 @@ class ServingOptions(BaseModel):
     concurrency: int = Field(default=0, ge=0, description="closed-loop load: requests kept in flight (0: use batch)")
     rate: float = Field(default=0.0, ge=0, description="open-loop load: requests per second (0: use batch)")
     chunked_prefill: int = Field(default=0, ge=0, description="token budget per step for chunked prefill (0: off)")
+    num_requests: int = Field(default=0, ge=0, description="with a rate: a finite benchmark of this many requests "
+                                                           "(0: an endless steady state)")
     max_num_seqs: int | None = Field(
         default=None, ge=1, description="the scheduler's cap on sequences run at once (vLLM --max-num-seqs); "
                                         "None: the engine profile's default for the device")
@@ -206,6 +208,7 @@ class ServingOptions(BaseModel):
                 "acceptance": self.acceptance, "draft_cost": self.draft_cost,
                 "concurrency": float(self.concurrency), "rate": self.rate, "chunk_tokens": float(self.chunked_prefill),
                 "max_num_seqs": np.inf if self.max_num_seqs is None else float(self.max_num_seqs),
+                "num_requests": float(self.num_requests),
                 "prefix_hit_rate": self.prefix_hit_rate,
                 "length_mix": length_mix(self.lengths) if self.lengths else None, "expert_skew": self.expert_skew,
                 "kv_tier": TIERS[self.kv_offload], "kv_tier_bytes": self.kv_offload_gib * GiB}
@@ -235,6 +238,9 @@ class ServingOptions(BaseModel):
             if mix.prompt_tokens.min() <= self.prefix_tokens:
                 raise ConfigurationError(f"--lengths {self.lengths} has prompts of {mix.prompt_tokens.min():.0f} "
                                          f"tokens, not longer than the cached prefix ({self.prefix_tokens})")
+        if self.num_requests and not self.rate:
+            raise ConfigurationError("--num-requests sizes a finite open-loop benchmark; add --rate R (a closed "
+                                     "loop reaches its steady state whatever its length)")
         if self.max_num_seqs is not None and not self.under_load:
             raise ConfigurationError("--max-num-seqs caps the running batch of a steady state under load; add "
                                      "--concurrency or --rate (at a fixed --batch, the batch is what runs)")

@@ -129,7 +129,7 @@ class Problem:
         r = self.resolved
         pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
         return Problem(Resolved(pick(r.positions), pick(r.configs), pick(r.engines), pick(r.serving),
-                                pick(r.saturate), pick(r.metrics), pick(r.columns)),
+                                pick(r.saturate), pick(r.batch_caps), pick(r.metrics), pick(r.columns)),
                        self.measured[idx], self.sources[idx], self.engines[idx], pick(self.rows), self.fits[idx],
                        self.limit[idx])
 

@@ -6,13 +6,15 @@ unit``, ``engine`` (else the ``framework`` text picks the profile in ``engines_d
 ``pp``, ``ep``, ``dp``, ``kv_format``, ``attention`` (fused, the default, or unfused), ``context_depth``
 (tokens already in the KV cache, as llama-bench's ``ppN @ dM``), ``gpu_layers``, ``concurrency`` and
 ``request_rate`` (a serving benchmark: the steady state of continuous batching under that load), with
-``max_num_seqs`` (else the engine's default) and ``prefix_hit_rate``, ``cpu_moe``. Mean lengths may be
+``max_num_seqs`` (else the engine's default), ``prefix_hit_rate`` and ``num_requests`` (a finite
+benchmark), ``cpu_moe``. Mean lengths may be
 fractional. A row that cannot be predicted gets a status and a reason, and the other rows still
 run. Names with a parenthetical remark (``FP8 (ModelOpt)``) are tried with and without it.
 
 A row without a batch and without a load (an offline max-throughput benchmark that queues every
-request at once) is evaluated at the largest batch whose KV cache fits at that context, and its
-reason says so.
+request at once) is evaluated at the largest batch the engine runs: what its KV cache holds at that
+context, up to its ``max_num_seqs`` (the row's, else the engine profile's default), and its reason
+says so.
 """
 
 from __future__ import annotations
@@ -183,8 +185,8 @@ def serving_from_row(row: dict) -> ServingOptions:
     depth = _int(row, "context_depth", 0)
     options = dict(attention=_attention(row), prefix_tokens=depth, gpu_layers=_int(row, "gpu_layers", 0) or None,
                    concurrency=_int(row, "concurrency", 0), rate=_number(row, "request_rate", 0.0),
-                   max_num_seqs=_int(row, "max_num_seqs", 0) or None,
                    prefix_hit_rate=_number(row, "prefix_hit_rate", 0.0, maximum=1.0),
+                   num_requests=_int(row, "num_requests", 0) if _cell(row, "request_rate") else 0,
                    # MoE layers whose experts are in host memory (llama.cpp --n-cpu-moe; docs/formulas.md §8)
                    cpu_moe=_int(row, "cpu_moe", 0))
     if options["cpu_moe"] and _cell(row, "n_ubatch"):   # experts cross the host link once per micro-batch
@@ -229,6 +231,7 @@ class Resolved:
     engines: list[str] = field(default_factory=list)            # engine profile name per resolved row
     serving: list[ServingOptions] = field(default_factory=list)  # attention, cached context, offload, load
     saturate: list[bool] = field(default_factory=list)          # offline: the largest batch that fits
+    batch_caps: list[float] = field(default_factory=list)       # the engine's max_num_seqs (inf: none)
     metrics: list[str] = field(default_factory=list)
     columns: list[tuple[str, float]] = field(default_factory=list)  # result column and factor per row
     cache: dict = field(default_factory=dict, repr=False, compare=False)  # prepared columns, per group
@@ -249,9 +252,11 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             profile = engine_of_row(row, hardware)
             config = configuration_from_row(row, db, profile, hardware)
             serving = serving_from_row(row)
-            if serving.under_load and serving.max_num_seqs is None and profile.scheduler is not None:
-                cap = profile.scheduler.max_num_seqs_on(hardware)   # the engine's default for this device
-                serving = serving.model_copy(update={"max_num_seqs": None if math.isinf(cap) else int(cap)})
+            # the engine's cap on running sequences: the row's, else the engine's default for this device
+            cap = float(_int(row, "max_num_seqs", 0, minimum=0) or
+                        (profile.scheduler.max_num_seqs_on(hardware) if profile.scheduler else math.inf))
+            if serving.under_load and math.isfinite(cap):
+                serving = serving.model_copy(update={"max_num_seqs": int(cap)})
             if serving.prefix_tokens:   # a prompt measured on top of cached tokens (llama-bench ppN @ dM)
                 config = replace(config, prompt_tokens=config.prompt_tokens + serving.prefix_tokens)
             serving.check([config.prompt_tokens], [config.model], [config.layout])
@@ -269,6 +274,9 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             resolved.engines.append(profile.name)
             resolved.serving.append(serving)
             resolved.saturate.append(not _cell(row, "batch") and not serving.under_load)
+            if not serving.under_load and _cell(row, "num_requests"):   # an all-at-once run of that many requests
+                cap = min(cap, _int(row, "num_requests", minimum=1))
+            resolved.batch_caps.append(cap)
             resolved.metrics.append(result["metric"])
             resolved.columns.append(result_column(result["metric"], _cell(row, "statistic"), serving.under_load))
         out.append(result)
@@ -324,9 +332,10 @@ def _prepared_groups(resolved: Resolved, physical_limit: bool) -> dict:
             prepared = ConfigurationColumns.of([resolved.configs[i] for i in idx], physical_limit)
             batch = prepared.batch.copy()
             saturate = np.array([resolved.saturate[i] for i in idx], dtype=bool)
-            if saturate.any():
+            if saturate.any():   # as many sequences as the KV cache holds, up to the scheduler's cap
                 first = prepared.results(group[1], engine(group[0]).parameters)
-                batch = np.where(saturate, np.maximum(first["max_batch"], 1).astype(int), batch)
+                cap = np.array([resolved.batch_caps[i] for i in idx])
+                batch = np.where(saturate, np.maximum(np.minimum(first["max_batch"], cap), 1).astype(int), batch)
             groups[group] = (idx, prepared, batch)
         resolved.cache[key] = groups
     return resolved.cache[key]
@@ -356,7 +365,8 @@ def predict_rows(rows: list[dict], db: Database | None = None) -> list[dict]:
             _fill(out[i], result, limits[j], resolved, j, rows[i])
             if resolved.saturate[j]:
                 out[i]["reason"] = (out[i]["reason"] + "; " if out[i]["reason"] else "") + \
-                    f"batch not given: evaluated at the largest batch that fits, {result['batch_used']}"
+                    "batch not given: evaluated at the largest batch the engine runs (KV cache, max_num_seqs), " \
+                    f"{result['batch_used']}"
     return out
 
 
