@@ -159,7 +159,8 @@ def backlog_wait_s(requests, rate, capacity, slots, quantile=None):
     """
     R, mu, n, S = (np.asarray(v, dtype=float) for v in (rate, capacity, requests, slots))
     a = np.where((R > mu) & (n > 1), 1 / np.maximum(mu, 1e-300) - 1 / np.maximum(R, 1e-300), 0.0)
-    first = np.minimum(S / np.maximum(mu, 1e-300) / np.maximum(a, 1e-300), n)    # the first request that waits
+    with np.errstate(over="ignore"):   # a tiny μ or a: nobody waits, the first waiting request is past n
+        first = np.minimum(S / np.maximum(mu, 1e-300) / np.where(a > 0, a, 1.0), n)    # the first that waits
     if quantile is not None:
         return np.where(a > 0, np.maximum(quantile * n * a - S / np.maximum(mu, 1e-300), 0.0), 0.0)
     return np.where(a > 0, a * (n - first) ** 2 / (2 * np.maximum(n, 1.0)), 0.0)
