@@ -71,3 +71,25 @@ def test_bad_skews_are_refused(capsys):
         estimate("llama-3.1-8b", "h100", expert_skew=1.0)
     with pytest.raises(ConfigurationError, match="not modelled"):
         estimate("qwen3-30b-a3b", "rtx 4090", weight_format="Q4_K_M", cpu_moe="all", expert_skew=1.0)
+
+
+def test_each_touched_expert_costs_a_tile_of_tokens(db):
+    """MoE grouped GEMMs: every expert a pass touches adds the FLOPs of M_tile tokens (docs/formulas.md §9)."""
+    from estimator.efficiency.defaults import GENERIC_ENGINE
+    from estimator.physics.roofline import COMPUTE
+    from estimator.physics.traffic import expected_experts as touched
+    from tests.helpers import run
+
+    spec, hw = db.models.get("mixtral-8x7b"), db.hardware.get("h100")
+    plain = GENERIC_ENGINE.model_copy(update={"per_step_s": 0.0, "per_layer_s": 0.0})
+    tiled = plain.model_copy(update={"expert_tile_tokens": 64.0})
+    a, b = (run(spec, hw, fmt="bf16", T=4096, ideal=False, engine=e) for e in (plain, tiled))
+    shape = spec.shape
+    per_expert = 3 * shape.hidden_size * shape.moe.expert_intermediate_size      # gate, up, down
+    padding = 2 * per_expert * (shape.num_layers - shape.moe.num_dense_layers) * float(touched(8, 2, 4096)) * 64
+    assert a["prefill_bound"] == b["prefill_bound"] == COMPUTE
+    rate = (a["prefill_flops_linear"] + a["prefill_flops_head"]) / a["prefill_linear_s"]
+    assert b["prefill_linear_s"] - a["prefill_linear_s"] == pytest.approx(padding / rate, rel=1e-3)
+    dense = db.models.get("llama-3.1-8b")
+    assert run(dense, hw, fmt="bf16", ideal=False, engine=tiled)["ttft_s"] == \
+        run(dense, hw, fmt="bf16", ideal=False, engine=plain)["ttft_s"]

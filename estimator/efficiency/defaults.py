@@ -64,6 +64,9 @@ class EngineDefaults(Frozen):
         default=0.0, ge=0, description="host time per sequence per step (scheduling, sampling, detokenizing), "
                                        "which a step pays on top of per_step_s; it grows the step with the batch")
     allreduce_latency_s: float = Field(ge=0, description="fixed cost of one small tensor-parallel all-reduce")
+    expert_tile_tokens: float = Field(
+        default=0.0, ge=0, le=4096, description="MoE grouped GEMMs: every expert a pass touches costs at least the "
+                                                "FLOPs of this many tokens (tiles of rows, routing and permutation)")
     fp16_accumulate: bool = Field(
         default=False, description="16-bit GEMMs accumulate in FP16, which GeForce cards run at twice their listed "
                                    "(FP32-accumulate) rate (compute_ceiling); a property of the engine's kernels, "

@@ -116,10 +116,26 @@ def _busiest_rank(s: _Setup, flops: dict, bytes_: dict, tokens) -> tuple[dict, d
     return {**flops, "linear": linear}, {**bytes_, "weights": weights}
 
 
+def _expert_kernels(s: _Setup, flops: dict, tokens) -> dict:
+    """MoE grouped GEMMs run each touched expert over few tokens (tokens · k / experts touched): every expert a
+    pass touches costs the FLOPs of at least ``expert_tile_tokens`` more tokens (docs/formulas.md §9), the
+    row tiles it pads to and its routing and permutation. So their efficiency is M_e / (M_e + M_tile) of the
+    dense rate for M_e tokens per expert: low in prefill chunks spread over many experts, near 1 with many."""
+    m = s.m
+    on_device = np.maximum(m["moe_layers"] - s.cpu_layers, 0.0)
+    skew = np.asarray(s.serving["expert_skew"])
+    touched = distinct_experts(m["experts"], m["experts_per_token"], tokens, skew) if np.any(skew > 0) \
+        else tr.expected_experts(m["experts"], m["experts_per_token"], tokens)
+    padding = 2 * m["params_routed_one"] * on_device * touched * s.engine.expert_tile_tokens
+    return {**flops, "linear": flops["linear"] + padding}
+
+
 def _stage(s: _Setup, flops: dict, bytes_: dict, tokens) -> dict:
     """One pipeline-stage pass of a micro-batch of ``tokens`` new tokens, offload included."""
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
         flops, bytes_ = _busiest_rank(s, flops, bytes_, tokens)
+    if s.engine.expert_tile_tokens > 0:
+        flops = _expert_kernels(s, flops, tokens)
     devices = s.tp * s.pp
     overhead_s = s.m["layers"] / s.pp * s.engine.per_layer_s
     communication_s = stage_communication_time(s.m, s.hw, tokens, s.tp, s.pp, s.ep, s.engine.allreduce_latency_s,

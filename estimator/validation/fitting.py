@@ -1,13 +1,14 @@
 """Fit engine parameters to published measurements, within physical bounds.
 
-For each engine, twelve parameters are fitted by bounded least squares on the log error,
+For each engine, thirteen parameters are fitted by bounded least squares on the log error,
 log(predicted / measured), over all of that engine's rows, across every device and model (never one
 parameter per data point). Each is the **product** the estimate uses, as a fraction of the datasheet,
 on the group's typical device (its default device efficiency times the engine's):
 
     θ = (bandwidth fraction of 16/8-bit weight streaming on datacenter, desktop and unified devices,
          the same for dequantizing kernels (weight-only int4/int8, GGUF, FP4), dense-compute fraction on
-         the three groups, per-step, per-layer and per-sequence-per-step overheads)
+         the three groups, per-step, per-layer and per-sequence-per-step overheads, and the share of
+         the tokens' worth of FLOPs each MoE expert a pass touches costs beyond its own tokens)
 
 so the physical bounds are plain boxes: weights and the KV cache stream at no more than 0.95 of
 datasheet bandwidth, compute reaches no more
@@ -45,16 +46,20 @@ from estimator.validation.predict import Resolved, predict_resolved, predicted_a
 
 GROUPS = tuple(DEVICE_GROUPS)
 PARAMETER_NAMES = (*(f"bandwidth_{g}" for g in GROUPS), *(f"dequant_bandwidth_{g}" for g in GROUPS),
-                   *(f"compute_{g}" for g in GROUPS), "per_step_s", "per_layer_s", "per_sequence_s")
+                   *(f"compute_{g}" for g in GROUPS), "per_step_s", "per_layer_s", "per_sequence_s",
+                   "expert_tile_tokens")
 # The default device efficiencies of each group's typical device (HBM or GDDR cards, unified-memory SoCs):
 # a fitted product divided by them is the engine's own factor.
 TYPICAL_DEVICE = {"datacenter": HBM, "desktop": GDDR, "unified": UNIFIED}
 # A few microseconds of host work per sequence and step: the order of a Python scheduler's bookkeeping.
 PRIOR_PER_SEQUENCE_S = 5e-6
+# A grouped GEMM pads each expert's rows to its tile: on average half a 16-row tile (the smallest MMA tile).
+PRIOR_EXPERT_TILE_TOKENS = 8.0
 PRIOR = np.array([*(GENERIC_ENGINE.bandwidth_eff["native"] * TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS),
                   *(GENERIC_ENGINE.bandwidth_eff["gguf"] * TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS),
                   *(GENERIC_ENGINE.compute_eff * TYPICAL_DEVICE[g].compute_eff for g in GROUPS),
-                  GENERIC_ENGINE.per_step_s, GENERIC_ENGINE.per_layer_s, PRIOR_PER_SEQUENCE_S])
+                  GENERIC_ENGINE.per_step_s, GENERIC_ENGINE.per_layer_s, PRIOR_PER_SEQUENCE_S,
+                  PRIOR_EXPERT_TILE_TOKENS])
 # Physical bounds. Bandwidth: 0.95 of datasheet (the best kernels measure 0.8-0.9, docs/formulas.md §9).
 # Compute: the dense peak. Per step: 10 ms (a scheduler and sampler step of a serving engine under load
 # is 1-5 ms); per layer: 100 us (about 20 eager kernel launches of 5 us; 1.3 us each under CUDA graphs);
@@ -62,8 +67,10 @@ PRIOR = np.array([*(GENERIC_ENGINE.bandwidth_eff["native"] * TYPICAL_DEVICE[g].b
 # A datacenter device whose measured best GEMM beats the typical device's default (the A100's 0.869 vs
 # 0.85) would lift the product above the typical one: the bound keeps that device at the dense peak.
 DATACENTER_COMPUTE_UPPER = min(1.0, HBM.compute_eff / max(matmul_ceilings().values()))
-LOWER = np.array([*[0.05] * 6, *[0.01] * 3, 1e-6, 1e-7, 1e-8])
-UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4, 1e-4])
+# MoE expert GEMMs: each touched expert costs the FLOPs of 0.01 to 1,024 more tokens (a 128-row tile is
+# the largest common GEMM tile; eight of them is far beyond any padding or routing cost).
+LOWER = np.array([*[0.05] * 6, *[0.01] * 3, 1e-6, 1e-7, 1e-8, 0.01])
+UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4, 1e-4, 1024.0])
 # Weight of the prior, per parameter, in units of log error: a factor e away from the default
 # costs as much as one row predicted e times off.
 PRIOR_WEIGHT = 0.3
@@ -83,7 +90,7 @@ def parameters_from(theta, fp16_accumulate: bool = False) -> EngineDefaults:
         dequant_scale_by_group={g: dequantizing[g] / dequant for g in GROUPS if g != "datacenter"},
         kv_bandwidth_eff=min(1.0, native * KV_TO_WEIGHT_BANDWIDTH), compute_eff=compute["datacenter"],
         compute_eff_by_group=compute, per_step_s=values["per_step_s"], per_layer_s=values["per_layer_s"],
-        per_sequence_s=values["per_sequence_s"],
+        per_sequence_s=values["per_sequence_s"], expert_tile_tokens=values["expert_tile_tokens"],
         allreduce_latency_s=GENERIC_ENGINE.allreduce_latency_s, fp16_accumulate=fp16_accumulate,
         basis="fitted: estimator/validation/fitting.py on measurements_db (see the profile's fit record)")
 
@@ -95,7 +102,7 @@ def theta_of(p: EngineDefaults) -> np.ndarray:
                     * TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS]
     compute = [p.compute_eff_by_group.get(g, p.compute_eff) * TYPICAL_DEVICE[g].compute_eff for g in GROUPS]
     return np.array([*bandwidth, *dequantizing, *compute, p.per_step_s, p.per_layer_s,
-                     max(p.per_sequence_s, LOWER[-1])])
+                     max(p.per_sequence_s, LOWER[-2]), max(p.expert_tile_tokens, LOWER[-1])])
 
 
 @dataclass
@@ -162,7 +169,7 @@ def _least_squares(rows: Problem, name: str):
         data = _log_errors(rows, {name: parameters_from(theta, fp16)})
         return np.concatenate([data, PRIOR_WEIGHT * (log_theta - np.log(PRIOR))])
 
-    start = np.clip(PRIOR, LOWER, UPPER)
+    start = np.clip(PRIOR, LOWER * 1.001, UPPER * 0.999)   # strictly inside the box
     return least_squares(residuals, np.log(start), bounds=(np.log(LOWER), np.log(UPPER)), x_scale=1.0,
                          diff_step=1e-3, max_nfev=200)
 
@@ -204,7 +211,10 @@ def fit_record(problem: Problem, name: str) -> dict:
     except np.linalg.LinAlgError:
         log_se = np.full(len(PRIOR), np.nan)
     theta = np.exp(result.x)
-    on_bound = (np.abs(result.x - np.log(LOWER)) < 1e-3) | (np.abs(result.x - np.log(UPPER)) < 1e-3)
+    # a parameter no row depends on (expert kernels for an engine without MoE rows) is not fitted: its
+    # prior is kept, and its sitting on a bound says nothing
+    identified = np.any(np.abs(jac[:n]) > 0, axis=0)
+    on_bound = identified & ((np.abs(result.x - np.log(LOWER)) < 1e-3) | (np.abs(result.x - np.log(UPPER)) < 1e-3))
     return {"rows": n, "parameters": {
         key: {"value": float(f"{theta[i]:.4g}"), "lower": float(LOWER[i]), "upper": float(UPPER[i]),
               "stderr": float(f"{theta[i] * log_se[i]:.3g}"), "on_bound": bool(on_bound[i])}
