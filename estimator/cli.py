@@ -104,9 +104,9 @@ def _check_estimate(args: argparse.Namespace) -> None:
         _refuse(args, ("kv_block",), "sizes paged KV blocks, which --kv-alloc contiguous does not use")
 
 
-PLAN_FLAGS = ("model", "prompt", "output", "concurrency", "rate", "max_ttft_s", "min_tps_per_user", "percentile",
-              "latency_percentile", "formats", "min_bits", "gpus", "max_gpus", "on_prem", "budget", "engine", "price",
-              "devices_per_node")
+PLAN_FLAGS = ("model", "prompt", "output", "concurrency", "rate", "max_num_seqs", "max_ttft_s", "min_tps_per_user",
+              "percentile", "latency_percentile", "formats", "min_bits", "gpus", "max_gpus", "on_prem", "budget",
+              "engine", "price", "devices_per_node")
 
 
 def _check_plan(args: argparse.Namespace) -> None:
@@ -238,7 +238,8 @@ def plan_from_args(args: argparse.Namespace):
     try:
         return PlanSpec.model_validate({
             "models": args.model, **given(engine="engine"),
-            "workload": given(prompt="prompt", output="output", concurrency="concurrency", rate="rate"),
+            "workload": given(prompt="prompt", output="output", concurrency="concurrency", rate="rate",
+                              max_num_seqs="max_num_seqs"),
             "targets": given(max_ttft_s="max_ttft_s", min_tps_per_user="min_tps_per_user", percentile="percentile",
                              latency_percentile="latency_percentile"),
             "constraints": {**given(formats="formats", min_bits="min_bits", gpus="gpus", max_gpus="max_gpus",

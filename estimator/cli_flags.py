@@ -234,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     load = pl.add_mutually_exclusive_group()
     load.add_argument("--concurrency", type=_whole(), help="requests in flight")
     load.add_argument("--rate", "--request-rate", type=_number(MIN_RATE, MAX_RATE), help="requests per second")
+    pl.add_argument("--max-num-seqs", type=_whole(), metavar="N",
+                    help="the engine runs at most N sequences at once (default: the engine profile's)")
     pl.add_argument("--max-ttft-s", type=_number(above=True), help="TTFT target, seconds, queueing included")
     pl.add_argument("--min-tps-per-user", type=_number(above=True), help="decode tokens/s per user target")
     pl.add_argument("--percentile", choices=("p50", "p90"),

@@ -347,7 +347,7 @@ PLAN_FLAGS = {
     "--max-ttft-s": number(0, 1e12, [0.5, 2.0], above=True),
     "--min-tps-per-user": number(0, 1e12, [10.0, 50.0], above=True),
     "--percentile": choice(["p50", "p90"]),
-    "--latency-percentile": choice(["p50", "p90", "p99"]),
+    "--latency-percentile": choice(["p50", "p90", "p99"]), "--max-num-seqs": whole(1, 10**9, [4, 256]),
     "--formats": st.one_of(names(["bf16,fp8", "int4-awq", "Q4_K_M,nvfp4"]), st.just(([",,"], False))),
     "--min-bits": number(0, 32, [4.0, 8.0, 16.0], above=True),
     "--gpus": names(["h100,l40s", "rtx 4090", "l4,h200", "consumer_gpu"]),

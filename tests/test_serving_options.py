@@ -1,5 +1,7 @@
 """The scheduler's cap on running sequences, prefix-cache hits, and the layouts and lengths `predict` accepts."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -193,3 +195,13 @@ def test_num_requests_needs_a_rate(capsys):
     code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--concurrency", "8",
                        "--num-requests", "500")
     assert code == 2 and "add --rate" in err and len(err.splitlines()) == 1
+
+
+def test_plan_takes_the_cap(capsys):
+    """`roofline plan --max-num-seqs`: a tight cap makes every configuration queue, so fewer pass."""
+    common = ["plan", "--model", "llama-3.1-8b", "--gpus", "h100,l40s", "--prompt", "512", "--output", "128",
+              "--concurrency", "64", "--max-ttft-s", "1", "--json"]
+    code, free, _ = cli(capsys, *common)
+    code_capped, capped, _ = cli(capsys, *common, "--max-num-seqs", "4")
+    assert code == code_capped == 0
+    assert len(json.loads(capped)["configurations"]) < len(json.loads(free)["configurations"])

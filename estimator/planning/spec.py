@@ -42,6 +42,8 @@ class Workload(_Spec):
     mix: list[Request] = Field(default_factory=list, description="instead of prompt/output: a small mix")
     concurrency: int = Field(default=0, ge=0, le=MAX_COUNT, description="requests in flight (closed loop)")
     rate: float = Field(default=0.0, ge=0, description="requests per second (open loop)")
+    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_COUNT,
+                                     description="the engine's cap on running sequences (None: its profile's)")
 
     @model_validator(mode="after")
     def _one_of_each(self) -> "Workload":
