@@ -205,3 +205,13 @@ def test_plan_takes_the_cap(capsys):
     code_capped, capped, _ = cli(capsys, *common, "--max-num-seqs", "4")
     assert code == code_capped == 0
     assert len(json.loads(capped)["configurations"]) < len(json.loads(free)["configurations"])
+
+
+def test_an_mlperf_style_offline_row_runs(db):
+    """8 devices, output tokens/s, fractional mean lengths (made up here), every sample queued at once."""
+    row = {"id": "mlperf", "hardware": "NVIDIA H100 SXM", "n_gpus": "8", "model": "meta-llama/Llama-2-70b-hf",
+           "weight_format": "fp8", "batch": "", "input_len": "1000.5", "output_len": "300.25",
+           "metric": "throughput_out_tps", "engine": "TensorRT-LLM", "num_requests": "24576"}
+    out = predict_rows([row], db)[0]
+    assert out["status"] == "ok" and float(out["predicted"]) > 0
+    assert "layout chosen" not in out["reason"] and "largest batch the engine runs" in out["reason"]
