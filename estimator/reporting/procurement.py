@@ -166,10 +166,10 @@ def _figures(spec: PlanSpec, result: PlanResult, db: Database) -> list[dict]:
 
     best = result.configurations[0]
     load = [1, 2, 4, 8, 16, 32, 64, 128]
-    runs = [_estimate(spec, best, db, concurrency=c, rate=0.0) for c in load]
-    fig, ax = plt.subplots(figsize=(7.5, 4))
-    plots.plot_lines(ax, load, {"tokens/s per user": [r.decode_tps_per_seq or 0 for r in runs],
-                                "tokens/s, all users": [r.throughput_out_tps or 0 for r in runs]},
+    runs = [(c, r) for c in load if (r := _estimate(spec, best, db, concurrency=c, rate=0.0)).runnable]
+    fig, ax = plt.subplots(figsize=(7.5, 4))   # a load that does not run has no speed: left out, not drawn as 0
+    plots.plot_lines(ax, [c for c, _ in runs], {"tokens/s per user": [r.decode_tps_per_seq for _, r in runs],
+                                                "tokens/s, all users": [r.throughput_out_tps for _, r in runs]},
                      "requests in flight", "tokens/s", title=f"Recommended: {_headline(best)[:60]}",
                      logx=True, logy=True)
     figures.append({"png": _png(fig), "caption": "More concurrency raises aggregate throughput and lowers each "
