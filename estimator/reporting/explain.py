@@ -104,7 +104,8 @@ def _paragraphs(e: Estimate) -> list[str]:
         f"{r['decode_intensity_flops_per_byte']:,.1f} FLOP/byte, ridge point {r['ridge_flops_per_byte']:,.0f}); "
         f"one sequence sees {rate(r['decode_tps_per_seq'])} tokens/s"
         + (f", {rate(r['decode_tps_total'])} tokens/s for the batch." if e.batch > 1 or "steady_batch" in r else "."),
-        f"- Prefill of {e.prompt_tokens:,} tokens per prompt needs {r['prefill_flops_total'] / 1e12:,.1f} TFLOP at "
+        f"- Prefill of {e.prompt_tokens:,.0f} tokens per prompt needs "
+        f"{_per_prompt_flops(e) / 1e12:,.1f} TFLOP per prompt at "
         f"{hw.peak_flops_per_s(e.compute_dtype) / TFLOPS:,.0f} TFLOPS dense {e.compute_dtype}: "
         f"{r['prefill_bound']}-bound, TTFT {seconds(r['ttft_s'])}.",
     ]
@@ -139,3 +140,10 @@ def _rescue_lines(changes: list[dict]) -> list[str]:
     lines += [f"  - {c['change']}: {rate(c['decode_tps_per_seq'])} tokens/s per sequence, TTFT {seconds(c['ttft_s'])}"
               for c in changes]
     return lines
+
+
+def _per_prompt_flops(e) -> float:
+    """Prefill FLOPs of one prompt: the ledger counts one micro-batch of one replica (B / (dp · micro-batches))."""
+    r = e.results
+    prompts = r.get("steady_batch", e.batch) / (e.layout.dp * r["micro_batches"])
+    return r["prefill_flops_total"] / max(prompts, 1e-12)
