@@ -1,8 +1,9 @@
 """Request-length distributions: what a mix of prompt and output lengths changes under load.
 
 A mix is an equally weighted sample of (prompt, output) pairs: the rows of a CSV of observed
-requests, or a preset whose prompt and output lengths are independent lognormals fixed by a published median
-and mean (or upper percentile) (``length_presets.yaml``). docs/formulas.md §14, "Request lengths", has the formulas:
+requests, or a preset whose prompt and output lengths are independent lognormals fixed by a
+published median and mean, or upper percentile (``length_presets.yaml``). The formulas are in
+docs/formulas.md §14, "Request lengths":
 
 - throughput and Little's law use the mean output E[O];
 - the prefill queue sees the mean prefill time and its squared coefficient of variation c_s²;
