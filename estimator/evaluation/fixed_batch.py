@@ -123,9 +123,7 @@ def _expert_kernels(s: _Setup, flops: dict, tokens) -> dict:
     dense rate for M_e tokens per expert: low in prefill chunks spread over many experts, near 1 with many."""
     m = s.m
     on_device = np.maximum(m["moe_layers"] - s.cpu_layers, 0.0)
-    skew = np.asarray(s.serving["expert_skew"])
-    touched = distinct_experts(m["experts"], m["experts_per_token"], tokens, skew) if np.any(skew > 0) \
-        else tr.expected_experts(m["experts"], m["experts_per_token"], tokens)
+    touched = distinct_experts(m["experts"], m["experts_per_token"], tokens, s.serving["expert_skew"])
     padding = 2 * m["params_routed_one"] * on_device * touched * s.engine.expert_tile_tokens
     return {**flops, "linear": flops["linear"] + padding}
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from estimator.physics.traffic import expected_experts
+
 REDISTRIBUTIONS = 8   # rounds of capping π at 1 and spreading the excess (converges in a few)
 
 
@@ -48,6 +50,8 @@ def distinct_experts(num_experts, experts_per_token, tokens, skew):
     >>> round(float(distinct_experts(8, 2, 4, 0.0)), 2), round(float(distinct_experts(8, 2, 4, 1.5)), 2)
     (5.47, 3.89)
     """
+    if not np.any(np.asarray(skew) > 0):   # uniform routing: the closed form, without an expert axis
+        return expected_experts(num_experts, experts_per_token, tokens)
     pi = inclusion_probabilities(num_experts, experts_per_token, skew)
     return np.sum(1 - (1 - pi) ** np.asarray(tokens, dtype=float)[..., None], axis=-1)
 
