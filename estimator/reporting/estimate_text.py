@@ -19,7 +19,9 @@ from estimator.units import GB, TB, TFLOPS
 
 DEFINITIONS = (
     "TTFT: time to first token = prefill of the whole batch's prompts; excludes queueing, tokenization and network. "
-    "Under a load (--concurrency/--rate) it includes the wait for prefill (M/D/1 queue) and is per request.",
+    "Under a load (--concurrency/--rate) it is per request and includes the wait for prefill (an M/G/1 queue, "
+    "M/D/1 when every request has the same lengths) and for a free slot when more requests are in flight than "
+    "the engine runs.",
     "ITL (inter-token latency) = TPOT exclusive of the first token = (E2E - TTFT) / (output - 1), "
     "averaged over the generation as the KV cache grows from prompt to prompt + output.",
     "TPOT inclusive = E2E / output tokens (the GuideLLM convention).",
