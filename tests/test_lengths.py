@@ -60,7 +60,7 @@ def test_the_batch_that_fits_by_hand():
 def test_decode_lengths_are_length_biased():
     """A batch holds each request for its O steps: long outputs weigh more than their share of requests."""
     from estimator.serving.lengths import LengthMix
-    mix = LengthMix("two", np.array([100.0, 1000.0]), np.array([10.0, 90.0]))
+    mix = LengthMix(np.array([100.0, 1000.0]), np.array([10.0, 90.0]))
     prompt, output = mix.decode_lengths()
     # E[O (P + O/2)] / E[O] = (10·105 + 90·1045) / 100 = 951; E[O (P + O)] / E[O] = (10·110 + 90·1090) / 100 = 992
     assert prompt + output / 2 == pytest.approx(951.0) and prompt + output == pytest.approx(992.0)

@@ -374,12 +374,11 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
                        max_num_seqs=max_num_seqs, num_requests=num_requests, prefix_hit_rate=prefix_hit_rate,
                        lengths=lengths,
                        expert_skew=expert_skew, kv_offload=kv_offload, kv_offload_gib=kv_offload_gib)
-    if lengths:   # the mix's mean lengths are the workload's
-        mix = length_mix(lengths)
-        prompt_tokens, output_tokens = mix.mean_prompt_tokens, mix.mean_output_tokens
     table = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
                   [layout], serving=serving, detail=True, db=db, engine=profile_engine,
                   calibrations=None if profile is None else {device.name: profile})
+    # the lengths evaluated: as given, or a request mix's means
+    prompt_tokens, output_tokens = table.labels["prompt_tokens"][0], table.labels["output_tokens"][0]
     row = table.row(0)
     warnings = []
     if tp is None and layout.dp > 1:

@@ -297,7 +297,9 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
                host, share, cpu_layers, tp_link_bytes_per_s(hw, tp, node, network), pp_link_bytes_per_s(hw, tp, pp, node, network))
 
     prefill_flops, prefill_bytes, prefill = _prefill(s, b, micro, T, cached)
-    tier_s = _tier_load_s(s, memory, b, micro, cached - prefix, tp * pp)
+    # the device's free KV space (what the batch leaves): where cached prefixes live beside any second tier
+    free_kv_bytes = np.maximum(memory["memory_available_bytes"] - memory["memory_required_bytes"], 0.0)
+    tier_s = _tier_load_s(s, free_kv_bytes, b, micro, cached - prefix, tp * pp)
     lo, hi, steps = decode_context_range(T, O)
     span_global = mean_span(lo, hi, 0)
     # mean attended tokens: all, within the window, within a sparse-attention top-k (docs/formulas.md §15.2)
@@ -327,8 +329,7 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
         "cached_tokens": cached + 0 * B,
         "kv_tier_load_s": tier_s + 0 * B,
         # prompt tokens the prefix cache can keep: the device's free KV space and the second tier, if any
-        "prefix_cache_tokens": (np.maximum(memory["memory_available_bytes"] - memory["memory_required_bytes"], 0)
-                                + np.asarray(serving["kv_tier_bytes"], dtype=float) / (tp * pp))
+        "prefix_cache_tokens": (free_kv_bytes + np.asarray(serving["kv_tier_bytes"], dtype=float) / (tp * pp))
         / (kv_cache_bytes_per_sequence(m, kv_bits, 1.0, tp) / (tp * pp)),
     })
     for phase, times in (("prefill", prefill), ("decode", decode)):
@@ -350,7 +351,7 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     return out
 
 
-def _tier_load_s(s: _Setup, memory: dict, b, micro, hit_tokens, devices):
+def _tier_load_s(s: _Setup, free_kv_bytes, b, micro, hit_tokens, devices):
     """Copying the prefix-cache hits held in a second KV tier back to the device, per prefill of the micro-batches
     (:mod:`estimator.physics.kv_tiers`)."""
     tier_bytes = np.asarray(s.serving["kv_tier_bytes"], dtype=float)
@@ -358,9 +359,8 @@ def _tier_load_s(s: _Setup, memory: dict, b, micro, hit_tokens, devices):
         return 0.0
     rate = np.where(s.serving["kv_tier"] == DISK, DISK_READ_BYTES_PER_S / devices,   # one drive per replica
                     s.hw["host_link_bytes_per_s"] * HOST_LINK_EFFICIENCY)
-    free = memory["memory_available_bytes"] - memory["memory_required_bytes"]
     hit_bytes = kv_cache_bytes_per_sequence(s.m, s.kv_bits, hit_tokens, s.tp) / devices * b * micro
-    return tier_load_time(hit_bytes, tier_bytes / devices, free, rate)
+    return tier_load_time(hit_bytes, tier_bytes / devices, free_kv_bytes, rate)
 
 
 def _speeds(B, T, O, cached, prefill_s, itl_s, steps) -> dict:

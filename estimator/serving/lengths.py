@@ -40,7 +40,6 @@ MAX_REQUESTS = 1_000_000        # rows of a lengths file
 class LengthMix:
     """An equally weighted sample of requests' (prompt, output) token counts."""
 
-    name: str
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
 
@@ -132,7 +131,7 @@ def read_lengths_file(path: str | Path) -> LengthMix:
             raise ConfigurationError(f"--lengths {path}: more than {MAX_REQUESTS:,} requests; sample them first")
     if not prompts:
         raise ConfigurationError(f"--lengths {path}: no requests (expected rows of prompt,output)")
-    return LengthMix(Path(path).name, np.array(prompts), np.array(outputs))
+    return LengthMix(np.array(prompts), np.array(outputs))
 
 
 # A preset's lognormal is fixed by its median and one more published statistic: the mean when it is
@@ -183,7 +182,7 @@ def preset(name: str) -> LengthMix:
     entry = presets[name]
     prompts, outputs = _lognormal_points(entry["prompt"]), _lognormal_points(entry["output"])
     P, O = np.meshgrid(prompts, outputs, indexing="ij")
-    return LengthMix(name, P.ravel(), O.ravel())
+    return LengthMix(P.ravel(), O.ravel())
 
 
 @lru_cache(maxsize=8)
