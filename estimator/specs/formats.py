@@ -209,10 +209,17 @@ WEIGHT_FORMATS: tuple[WeightFormat, ...] = (
         basis="e2m1 values with an e8m0 scale per 32 elements = 4.25 bits (OCP Microscaling spec v1.0); "
               "head and embedding bf16"),
     WeightFormat(
-        name="mxfp4-experts", aliases=("mxfp4-moe", "gpt-oss-mxfp4"), linear_bits=4 + 8 / 32, experts_only=True,
+        name="mxfp4-experts", aliases=("gpt-oss-mxfp4",), linear_bits=4 + 8 / 32, experts_only=True,
         head_bits=16, embedding_bits=16, compute_dtypes=("fp4", "bf16", "fp16"), dequant="fp4",
         basis="gpt-oss as released: routed experts in MXFP4 (4.25 bits), attention, router, head and "
               "embedding in bf16 (OpenAI gpt-oss model card, 2025-08)"),
+    WeightFormat(
+        name="MXFP4_MOE", aliases=("mxfp4-moe", "gguf-mxfp4"), linear_bits=4 + 8 / 32, experts_only=True,
+        dense_linear_bits=8.5, head_bits=8.5, embedding_bits=8.5, compute_dtypes=F16_FALLBACK, dequant="gguf",
+        basis="llama.cpp's MXFP4_MOE file type (ggml-org/gpt-oss-*-GGUF): 3-D expert tensors in MXFP4 "
+              "(4.25 bits), every other tensor, output head and embedding included, in Q8_0 (8.5 bits) "
+              "(llama_tensor_get_type in src/llama-quant.cpp); reproduces the files' 11.27 and 59.02 GiB "
+              "(docs/formulas.md §1)"),
     _gguf("Q8_0", 8.5, f"block of 32 int8 + fp16 scale = 34 bytes ({GGML_BLOCKS})", head_bits=8.5),
     _gguf("Q6_K", 6.5625, f"super-block of 256 = 210 bytes ({GGML_BLOCKS}); file-level 6.56 bpw for Llama-2-7B ({GGUF_QUANTIZE_README})"),
     _gguf("Q5_K_M", 5.68, f"Q5_K (5.5 bpw) with some tensors in Q6_K: 5.68 bpw for Llama-2-7B ({GGUF_QUANTIZE_README})"),

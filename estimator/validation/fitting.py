@@ -19,7 +19,8 @@ missing, not a better efficiency.
 
 A weak prior pulls each parameter towards the documented default (:mod:`estimator.efficiency.defaults`),
 so a parameter the data cannot identify (an engine with only decode rows has no say on compute) stays
-where the priors put it. The error quoted is leave-one-source-out
+where the priors put it, and a pull between the device groups keeps one engine's kernels from being three
+unrelated efficiencies where one group has few rows. The error quoted is leave-one-source-out
 (:mod:`estimator.validation.cross_validation`).
 """
 
@@ -74,6 +75,14 @@ UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4,
 # Weight of the prior, per parameter, in units of log error: a factor e away from the default
 # costs as much as one row predicted e times off.
 PRIOR_WEIGHT = 0.3
+# Weight of the pull between device groups, in the same units: an engine runs the same kernels on every
+# group, so its own factor (a product divided by the group's typical device efficiency) should differ
+# little between groups. Each group's log factor is pulled towards the engine's mean over the three, so a
+# group with few rows borrows from the others instead of being set by a handful of them (hierarchical
+# pooling, docs/formulas.md §9). 2 was chosen among 0.5, 1, 2 and 4 on the leave-one-source-out figures.
+GROUP_POOL_WEIGHT = 2.0
+TYPICAL_LOG_EFF = np.log([*[TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS] * 2,
+                          *[TYPICAL_DEVICE[g].compute_eff for g in GROUPS]])
 KV_TO_WEIGHT_BANDWIDTH = GENERIC_ENGINE.kv_bandwidth_eff / GENERIC_ENGINE.bandwidth_eff["native"]
 
 
@@ -159,6 +168,13 @@ def _log_errors(problem: Problem, params: dict[str, EngineDefaults]) -> np.ndarr
 GENERIC = "generic"   # the unnamed engine keeps the documented priors: nothing is fitted to it
 
 
+def _group_pull(log_theta: np.ndarray) -> np.ndarray:
+    """Each group's log engine factor minus the engine's mean over the groups, for bandwidth, dequantizing
+    bandwidth and compute (the first nine parameters, three groups each), weighted."""
+    own = (log_theta[:len(TYPICAL_LOG_EFF)] - TYPICAL_LOG_EFF).reshape(3, len(GROUPS))
+    return GROUP_POOL_WEIGHT * (own - own.mean(axis=1, keepdims=True)).ravel()
+
+
 def _least_squares(rows: Problem, name: str):
     from scipy.optimize import least_squares  # the fit needs scipy; predictions do not
 
@@ -167,7 +183,7 @@ def _least_squares(rows: Problem, name: str):
     def residuals(log_theta):
         theta = np.exp(log_theta)
         data = _log_errors(rows, {name: parameters_from(theta, fp16)})
-        return np.concatenate([data, PRIOR_WEIGHT * (log_theta - np.log(PRIOR))])
+        return np.concatenate([data, PRIOR_WEIGHT * (log_theta - np.log(PRIOR)), _group_pull(log_theta)])
 
     start = np.clip(PRIOR, LOWER * 1.001, UPPER * 0.999)   # strictly inside the box
     return least_squares(residuals, np.log(start), bounds=(np.log(LOWER), np.log(UPPER)), x_scale=1.0,
