@@ -16,14 +16,25 @@ from tests.helpers import run
 
 
 def test_a_sparse_cell_leans_on_its_parent():
-    # regime: q50 = 0; engine: 10 rows at q50 = 0.4; engine on a group: 2 rows at q50 = 1.0
-    cells = {"decode_b1": [-0.2, 0.0, 0.2, 100], "decode_b1|vLLM": [0.2, 0.4, 0.6, 10],
-             "decode_b1|vLLM|desktop": [0.8, 1.0, 1.2, 2]}
-    q = shrunk_quantiles(cells, cell_path("decode_b1", "vLLM", "desktop", "cuda"), prior_rows=10)
+    # regime: q50 = 0; dense models: 100 rows at q50 = 0; engine: 10 rows at q50 = 0.4; engine on a group: 2 rows
+    # at q50 = 1.0
+    cells = {"decode_b1": [-0.2, 0.0, 0.2, 100], "decode_b1|dense": [-0.2, 0.0, 0.2, 100],
+             "decode_b1|dense|vLLM": [0.2, 0.4, 0.6, 10], "decode_b1|dense|vLLM|desktop": [0.8, 1.0, 1.2, 2]}
+    q = shrunk_quantiles(cells, cell_path("decode_b1", False, "vLLM", "desktop", "cuda"), prior_rows=10)
     # engine: (10 x 0.4 + 10 x 0.0) / 20 = 0.2; group: (2 x 1.0 + 10 x 0.2) / 12 = 1/3; no backend cell
     assert math.isclose(q[1], 1 / 3)
     assert math.isclose(q[0], (2 * 0.8 + 10 * 0.0) / 12)    # engine level: (10 x 0.2 + 10 x -0.2) / 20 = 0
-    assert shrunk_quantiles(cells, cell_path("prefill", "vLLM", "desktop", "cuda"), 10) is None
+    assert shrunk_quantiles(cells, cell_path("prefill", False, "vLLM", "desktop", "cuda"), 10) is None
+
+
+def test_moe_models_read_their_own_cells():
+    # 30 MoE rows at q50 = 0.5 (predicted 1.65x too fast): an MoE row's median leans to them, a dense row's does not
+    cells = {"prefill": [-0.3, 0.1, 0.6, 130], "prefill|dense": [-0.3, 0.0, 0.3, 100],
+             "prefill|moe": [0.1, 0.5, 0.9, 30]}
+    dense = shrunk_quantiles(cells, cell_path("prefill", False, "llama.cpp", "desktop", "cuda"), 10)
+    moe = shrunk_quantiles(cells, cell_path("prefill", True, "llama.cpp", "desktop", "cuda"), 10)
+    assert math.isclose(dense[1], (100 * 0.0 + 10 * 0.1) / 110)
+    assert math.isclose(moe[1], (30 * 0.5 + 10 * 0.1) / 40)
 
 
 def test_band_widens_around_the_median_in_log_space():

@@ -402,8 +402,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     # the roofline at 100% of the datasheet, with the engine's own math dtypes (the peak the estimate uses)
     limit = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
                   [layout], serving=serving, detail=True, db=db, engine=profile_engine, physical_limit=True).row(0)
-    results.update(interval_columns(results, limit, profile_engine.name, device.vendor, device.device_class.value,
-                                    batch, serving.under_load, profile is not None))
+    results.update(interval_columns(results, limit, spec.shape.moe, profile_engine.name, device.vendor,
+                                    device.device_class.value, batch, serving.under_load, profile is not None))
     return Estimate(
         model=spec, hardware=device, weight_format=resolve_weight_format(weight_format),
         kv_format=resolve_kv_format(kv_format), layout=layout, batch=batch, prompt_tokens=prompt_tokens,

@@ -380,7 +380,7 @@ def _fill(result: dict, r: dict, limit: dict, resolved: Resolved, j: int, row: d
                             f"{r['memory_available_bytes'] / 1e9:.1f} GB; prediction assumes it fits")
     config, metric = resolved.configs[j], result["metric"]
     regime = measurement_regime(metric, config.batch, resolved.saturate[j], resolved.serving[j].under_load)
-    found = measurement_band(metric, regime, resolved.engines[j], config.hardware.vendor,
+    found = measurement_band(metric, regime, config.model.shape.moe, resolved.engines[j], config.hardware.vendor,
                              config.hardware.device_class.value, _cell(row, "backend"))
     if found and math.isfinite(predicted):
         low, high = predicted * found[0], predicted * found[1]
