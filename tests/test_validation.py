@@ -87,11 +87,17 @@ def test_rows_that_ran_are_never_dropped(dataset, problem, validation):
     assert np.isfinite(validation.predicted[~problem.fits]).all()
 
 
+# Median width (high / low) of the 80% band as of the last refit plus a margin: a guard against wider bands,
+# not the targets (1.8x decode, 2.5x prefill), which are still missed.
+WIDTH_GUARD = {"decode": 2.3, "prefill": 3.9, "throughput": 3.5}
+
+
 def test_intervals_cover_about_80_percent_out_of_source_per_phase(validation):
     for phase in ("decode", "prefill", "throughput"):
         quality = headline(validation)["phases"][phase]["interval"]
         assert quality["rows"] > 100
-        assert 0.65 <= quality["coverage"] <= 0.90, phase
+        assert 0.75 <= quality["coverage"] <= 0.85, phase
+        assert quality["median_width"] <= WIDTH_GUARD[phase], phase
 
 
 def test_widening_is_chosen_without_the_judged_source(validation):
