@@ -40,6 +40,13 @@ def fit_summary(measurements: list[dict], llc_bytes: float, hardware: Hardware |
             gemv[m["dtype"]] = max(gemv.get(m["dtype"], 0.0), m["bytes_per_s"])
     # skinny GEMMs turn compute-bound where 2·M FLOPs per weight element meet the measured ridge
     ridge = {d: ELEMENT_BYTES[d] * gemm[d] / (2 * gemv[d]) for d in gemm if d in gemv}
+    # the decode curve: weight bytes per second at each row count, the best skinny shape
+    stream: dict[str, dict[int, float]] = {}
+    for m in mm:
+        if not m["m"] == m["n"] == m["k"]:
+            rate = m["n"] * m["k"] * ELEMENT_BYTES[m["dtype"]] / m["median_s"]
+            rows = stream.setdefault(m["dtype"], {})
+            rows[m["m"]] = max(rows.get(m["m"], 0.0), rate)
     attention = [m["flops_per_s"] for m in _ok(measurements, "attention")]
     summary = {
         "read_bandwidth_bytes_per_s": read,
@@ -47,7 +54,7 @@ def fit_summary(measurements: list[dict], llc_bytes: float, hardware: Hardware |
         "bandwidth_curve": [BandwidthPoint(size_bytes=p["size_bytes"], read_bytes_per_s=p.get("read_bytes_per_s"),
                                            copy_bytes_per_s=p.get("copy_bytes_per_s"))
                             for p in sorted(bw, key=lambda p: p["size_bytes"])],
-        "gemm_flops_per_s": gemm, "gemv_bytes_per_s": gemv, "ridge_batch": ridge,
+        "gemm_flops_per_s": gemm, "gemv_bytes_per_s": gemv, "ridge_batch": ridge, "weight_stream_bytes_per_s": stream,
         "attention_flops_per_s": max(attention) if attention else None,
         "launch_overhead_s": _first(measurements, "launch", "per_op_s"),
         "small_op_chain_s_per_op": _first(measurements, "small_op_chain", "per_op_s"),

@@ -162,7 +162,7 @@ def _plain(measurement: dict) -> dict:
 def tiny_plan(device: str) -> Plan:
     """The smallest useful plan (tests, CI): a few seconds on two CPU cores."""
     return replace(plan_for(device, "quick"), bandwidth_sizes=(1 * MiB, 8 * MiB, 64 * MiB),
-                   matmul_shapes=((1024, 1024),), matmul_rows=(1, 16, 64), gemm_sizes=(64, 512),
+                   matmul_shapes=((1024, 1024),), matmul_rows=(1, 4, 16, 64), gemm_sizes=(64, 512),
                    attention_seqs=(128,), reps=5)
 
 

@@ -19,6 +19,7 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -59,6 +60,9 @@ class Summary(BaseModel):
     gemm_flops_per_s: dict[str, float] = Field(default_factory=dict, description="best large-GEMM rate per dtype")
     gemv_bytes_per_s: dict[str, float] = Field(default_factory=dict, description="weight-streaming rate at M=1")
     ridge_batch: dict[str, float] = Field(default_factory=dict, description="M where skinny GEMMs turn compute-bound")
+    weight_stream_bytes_per_s: dict[str, dict[int, float]] = Field(
+        default_factory=dict, description="weights streamed per second by a GEMM of M rows (the decode curve), per "
+                                          "dtype and M: weight bytes / median time, the best skinny shape")
     attention_flops_per_s: float | None = Field(default=None, gt=0)
     launch_overhead_s: float | None = Field(default=None, gt=0)
     small_op_chain_s_per_op: float | None = Field(default=None, gt=0)
@@ -158,6 +162,28 @@ def device_efficiencies(profile: CalibrationProfile, hw, compute_dtypes) -> tupl
     note = f"calibrated: {profile.label}" if own else \
         f"BORROWED calibration of {profile.device.name} applied to {hw.name}: treat with care"
     return min(bandwidth_eff, 1.0), None if compute_eff is None else min(compute_eff, 1.0), note
+
+
+# The rows the weight-stream curve is read at (the quick plan measures these; the full plan more).
+WEIGHT_STREAM_ROWS = (1, 4, 16, 64, 256)
+# A format's stored dtype, for the formats a calibration's GEMMs measure (quantized formats have no curve).
+CURVE_DTYPE_OF_FORMAT = {"f32": "fp32", "f16": "fp16", "bf16": "bf16"}
+
+
+def weight_stream_efficiencies(profile: CalibrationProfile, hw, fmt_name: str) -> list[float] | None:
+    """The measured weight-stream rate of a GEMM of M rows as a fraction of ``hw``'s datasheet bandwidth, at each
+    of :data:`WEIGHT_STREAM_ROWS` (None when the profile has no curve for the format's dtype).
+
+    On a CPU a matrix-vector product streams weights well below a read loop's plateau (about 24 GB/s against
+    42 on the 2-core machine of docs/formulas.md §13), and a few rows more can be slower still: the read
+    plateau overstates decode there, the curve does not. A row count between two measured ones is
+    interpolated in log M by the estimate."""
+    curve = profile.summary.weight_stream_bytes_per_s.get(CURVE_DTYPE_OF_FORMAT.get(fmt_name, ""))
+    if not curve or 1 not in curve or len(curve) < 2:
+        return None
+    rows = sorted(curve)
+    rates = np.interp(np.log(WEIGHT_STREAM_ROWS), np.log(rows), [curve[m] for m in rows])
+    return [min(float(r) / hw.memory_bandwidth_bytes_per_s, 1.0) for r in rates]
 
 
 def calibrated_name(profile: CalibrationProfile) -> str:

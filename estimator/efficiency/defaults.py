@@ -71,6 +71,10 @@ class EngineDefaults(Frozen):
         default=False, description="16-bit GEMMs accumulate in FP16, which GeForce cards run at twice their listed "
                                    "(FP32-accumulate) rate (compute_ceiling); a property of the engine's kernels, "
                                    "never fitted")
+    torch_kernels: bool = Field(
+        default=False, description="its linear layers are PyTorch's own GEMMs (eager PyTorch): a calibration's "
+                                   "measured weight-stream curve is their rate, with no engine factor on top; a "
+                                   "property of the engine's kernels, never fitted")
     basis: str
 
 

@@ -25,7 +25,14 @@ from estimator.efficiency.defaults import PHYSICAL_LIMIT
 from estimator.efficiency.engine_profiles import BACKEND_MARK, EngineProfile
 from estimator.efficiency.engine_profiles import engine as engine_profile
 from estimator.errors import ConfigurationError, describe_validation_error
-from estimator.evaluation.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
+from estimator.evaluation.columns import (
+    compute_peak_table,
+    format_columns,
+    hardware_columns,
+    kv_columns,
+    model_columns,
+    weight_stream_columns,
+)
 from estimator.evaluation.compute import compute_results
 from estimator.evaluation.configurations import Configuration
 from estimator.evaluation.fixed_batch import effective_rates
@@ -178,8 +185,11 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
             hw_columns["device_bandwidth_eff"][i] = bandwidth_eff
             if compute_eff is not None:
                 hw_columns["device_compute_eff"][i] = compute_eff
+    hw = on_axis(hw_columns, 1)
+    stream = weight_stream_columns(devices, fmts, calibrations or {}, physical_limit)
+    hw.update({k: v.reshape(1, sizes[1], sizes[2], *[1] * (len(sizes) - 3)) for k, v in stream.items()})
     results = compute_results(
-        m=on_axis(model_columns(model_specs), 0), hw=on_axis(hw_columns, 1),
+        m=on_axis(model_columns(model_specs), 0), hw=hw,
         f=f_columns, kv=on_axis(kv_columns(kvs), 3), host=host, draft=draft,
         peak_linear_flops_per_s=peaks.T.reshape(1, sizes[1], sizes[2], 1, 1, 1, 1, 1),
         layout={k: values_on_axis([x.columns()[k] for x in layout_specs], 4) for k in layout_specs[0].columns()},

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from estimator.efficiency.calibration_profile import WEIGHT_STREAM_ROWS, weight_stream_efficiencies
 from estimator.efficiency.defaults import CLASS_ORDER, GENERIC_ENGINE, EngineDefaults, compute_ceiling, device_defaults
 from estimator.errors import ConfigurationError
 from estimator.physics.flops import STATE_FLOPS_PER_ELEMENT
@@ -20,6 +21,9 @@ from estimator.physics.params import count_params, mlp_matrices
 from estimator.specs.formats import KVFormat, WeightFormat
 from estimator.specs.hardware import Hardware
 from estimator.specs.model import ModelSpec
+
+# Columns of a calibrated device's decode curve (weight-stream efficiency at each measured row count).
+WEIGHT_STREAM_KEYS = tuple(f"weight_stream_eff_m{m}" for m in WEIGHT_STREAM_ROWS)
 
 Columns = dict[str, np.ndarray]
 
@@ -210,3 +214,18 @@ def compute_peak_table(formats: Sequence[WeightFormat], devices: Sequence[Hardwa
     dtypes = [[_first_peak(hw, f.compute_dtypes)[0] for hw in devices] for f in formats]
     peaks = np.array([[_first_peak(hw, f.compute_dtypes)[1] for hw in devices] for f in formats])
     return peaks, dtypes
+
+
+def weight_stream_columns(devices, fmts, calibrations: dict, physical_limit: bool) -> dict[str, np.ndarray]:
+    """Per device and format, a calibrated device's decode curve (weight-stream efficiency at each row count of
+    WEIGHT_STREAM_ROWS), NaN elsewhere; empty when no device has one (the estimate then reads no curve)."""
+    curves = np.full((len(WEIGHT_STREAM_ROWS), len(devices), len(fmts)), np.nan)
+    for i, device in enumerate(devices):
+        profile = None if physical_limit else calibrations.get(device.name)
+        for j, fmt in enumerate(fmts):
+            found = profile and weight_stream_efficiencies(profile, device, fmt.name)
+            if found:
+                curves[:, i, j] = found
+    if np.isnan(curves).all():
+        return {}
+    return dict(zip(WEIGHT_STREAM_KEYS, curves))

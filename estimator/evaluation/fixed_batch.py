@@ -13,8 +13,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from estimator.efficiency.calibration_profile import WEIGHT_STREAM_ROWS
 from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults, bandwidth_scale_by_class, compute_eff_by_class
 from estimator.errors import ConfigurationError
+from estimator.evaluation.columns import WEIGHT_STREAM_KEYS
 from estimator.physics import flops as fl
 from estimator.physics import traffic as tr
 from estimator.physics.expert_skew import busiest_rank, distinct_experts
@@ -69,6 +71,18 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
         "weight_bytes_per_s": bandwidth * weight_scale * f["engine_bandwidth_eff"],
         "kv_bytes_per_s": bandwidth * native * engine.kv_bandwidth_eff,
     }
+
+
+def weight_stream_eff_at(curve: list, tokens) -> np.ndarray:
+    """The curve (one efficiency per row count of WEIGHT_STREAM_ROWS) at ``tokens`` rows, piecewise linear in
+    log M and flat outside the measured rows; NaN where the device has no curve."""
+    x = np.log(np.clip(np.asarray(tokens, dtype=float), WEIGHT_STREAM_ROWS[0], WEIGHT_STREAM_ROWS[-1]))
+    grid = np.log(WEIGHT_STREAM_ROWS)
+    out = curve[0] + 0 * x
+    for i in range(len(grid) - 1):
+        step = np.clip((x - grid[i]) / (grid[i + 1] - grid[i]), 0.0, 1.0)
+        out = out + step * (curve[i + 1] - curve[i])
+    return out
 
 
 @dataclass
@@ -128,6 +142,21 @@ def _expert_kernels(s: _Setup, flops: dict, tokens) -> dict:
     return {**flops, "linear": flops["linear"] + padding}
 
 
+def _pass_rates(s: _Setup, tokens) -> dict:
+    """The device rates for a pass of ``tokens`` rows: on a calibrated device whose profile measured the decode
+    curve, weights stream at its rate for that many rows (docs/formulas.md §13) instead of the read plateau."""
+    if WEIGHT_STREAM_KEYS[0] not in s.hw:
+        return s.rates
+    eff = weight_stream_eff_at([s.hw[k] for k in WEIGHT_STREAM_KEYS], tokens)
+    curve = np.isfinite(eff)
+    plateau = s.rates["weight_bytes_per_s"]
+    # an engine that runs PyTorch's own GEMMs streams at the measured rate; another keeps its factor on top
+    engine_factor = 1.0 if s.engine.torch_kernels else plateau / (s.hw["bandwidth_bytes_per_s"] *
+                                                                  s.hw["device_bandwidth_eff"])
+    measured = s.hw["bandwidth_bytes_per_s"] * np.where(curve, eff, 1.0) * engine_factor
+    return {**s.rates, "weight_bytes_per_s": np.where(curve, measured, plateau)}
+
+
 def _stage(s: _Setup, flops: dict, bytes_: dict, tokens) -> dict:
     """One pipeline-stage pass of a micro-batch of ``tokens`` new tokens, offload included."""
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
@@ -135,6 +164,7 @@ def _stage(s: _Setup, flops: dict, bytes_: dict, tokens) -> dict:
     if s.engine.expert_tile_tokens > 0:
         flops = _expert_kernels(s, flops, tokens)
     devices = s.tp * s.pp
+    rates = _pass_rates(s, tokens)
     overhead_s = s.m["layers"] / s.pp * s.engine.per_layer_s
     communication_s = stage_communication_time(s.m, s.hw, tokens, s.tp, s.pp, s.ep, s.engine.allreduce_latency_s,
                                                s.tp_link)
@@ -148,11 +178,11 @@ def _stage(s: _Setup, flops: dict, bytes_: dict, tokens) -> dict:
         expert_flops, expert_bytes = cpu_expert_ledgers(s.m, s.f, s.cpu_layers, tokens)
         on_device_flops = {**flops, "linear": flops["linear"] - np.where(on_cpu, expert_flops, 0.0)}
         on_device_bytes = {**bytes_, "weights": bytes_["weights"] - np.where(on_cpu, expert_bytes, 0.0)}
-        device = pass_time(on_device_flops, on_device_bytes, s.rates, devices, overhead_s, communication_s,
+        device = pass_time(on_device_flops, on_device_bytes, rates, devices, overhead_s, communication_s,
                            streamed + experts_s)
-        device["if_fit_s"] = pass_time(flops, bytes_, s.rates, devices, overhead_s, communication_s)["time_s"]
+        device["if_fit_s"] = pass_time(flops, bytes_, rates, devices, overhead_s, communication_s)["time_s"]
     else:
-        device = pass_time(flops, bytes_, s.rates, devices, overhead_s, communication_s, streamed)
+        device = pass_time(flops, bytes_, rates, devices, overhead_s, communication_s, streamed)
         device["if_fit_s"] = device["time_s"] - device["offload_s"]   # the same pass with everything on the device
     if s.host_rates is None:
         return device

@@ -86,7 +86,7 @@ TYPICAL_LOG_EFF = np.log([*[TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS] * 2
 KV_TO_WEIGHT_BANDWIDTH = GENERIC_ENGINE.kv_bandwidth_eff / GENERIC_ENGINE.bandwidth_eff["native"]
 
 
-def parameters_from(theta, fp16_accumulate: bool = False) -> EngineDefaults:
+def parameters_from(theta, fp16_accumulate: bool = False, torch_kernels: bool = False) -> EngineDefaults:
     """Engine factors from fitted products: each product divided by its group's typical device efficiency."""
     values = dict(zip(PARAMETER_NAMES, (float(x) for x in theta)))
     bandwidth = {g: values[f"bandwidth_{g}"] / TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS}
@@ -101,6 +101,7 @@ def parameters_from(theta, fp16_accumulate: bool = False) -> EngineDefaults:
         compute_eff_by_group=compute, per_step_s=values["per_step_s"], per_layer_s=values["per_layer_s"],
         per_sequence_s=values["per_sequence_s"], expert_tile_tokens=values["expert_tile_tokens"],
         allreduce_latency_s=GENERIC_ENGINE.allreduce_latency_s, fp16_accumulate=fp16_accumulate,
+        torch_kernels=torch_kernels,
         basis="fitted: estimator/validation/fitting.py on measurements_db (see the profile's fit record)")
 
 
@@ -175,14 +176,20 @@ def _group_pull(log_theta: np.ndarray) -> np.ndarray:
     return GROUP_POOL_WEIGHT * (own - own.mean(axis=1, keepdims=True)).ravel()
 
 
+def _kernel_properties(name: str) -> tuple[bool, bool]:
+    """What the engine's kernels are (FP16 accumulation, PyTorch's own GEMMs): properties, never fitted."""
+    p = engine(name).parameters
+    return p.fp16_accumulate, p.torch_kernels
+
+
 def _least_squares(rows: Problem, name: str):
     from scipy.optimize import least_squares  # the fit needs scipy; predictions do not
 
-    fp16 = engine(name).parameters.fp16_accumulate   # a property of the engine's kernels, not fitted
+    kernels = _kernel_properties(name)
 
     def residuals(log_theta):
         theta = np.exp(log_theta)
-        data = _log_errors(rows, {name: parameters_from(theta, fp16)})
+        data = _log_errors(rows, {name: parameters_from(theta, *kernels)})
         return np.concatenate([data, PRIOR_WEIGHT * (log_theta - np.log(PRIOR)), _group_pull(log_theta)])
 
     start = np.clip(PRIOR, LOWER * 1.001, UPPER * 0.999)   # strictly inside the box
@@ -197,10 +204,10 @@ def fit_engine(problem: Problem, name: str) -> EngineDefaults:
     cross-validation fold cannot see the source it holds out.
     """
     rows = problem.subset((problem.engines == name) & ~problem.under_load)
-    fp16 = engine(name).parameters.fp16_accumulate
+    kernels = _kernel_properties(name)
     if not len(rows.measured) or name == GENERIC:
-        return parameters_from(PRIOR, fp16)
-    return parameters_from(np.exp(_least_squares(rows, name).x), fp16)
+        return parameters_from(PRIOR, *kernels)
+    return parameters_from(np.exp(_least_squares(rows, name).x), *kernels)
 
 
 def fit_all(problem: Problem) -> dict[str, EngineDefaults]:
