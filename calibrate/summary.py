@@ -28,6 +28,8 @@ def format_profile(profile: CalibrationProfile, hardware: Hardware | None) -> st
     rows += [(f"{d} GEMM", *_versus(v, peak(d), "TFLOPS", TFLOPS)) for d, v in s.gemm_flops_per_s.items()]
     rows += [(f"{d} GEMV weight stream (M=1)", *_versus(v, None, "GB/s", GB)) for d, v in s.gemv_bytes_per_s.items()]
     rows += [(f"{d} skinny-GEMM ridge", f"M = {v:,.1f}", "", "") for d, v in s.ridge_batch.items()]
+    rows += [(f"{d} weight stream (M={m})", _rate(r, "GB/s", GB), "", "")   # the decode curve beyond M=1
+             for d, curve in s.weight_stream_bytes_per_s.items() for m, r in sorted(curve.items()) if m > 1]
     if s.attention_flops_per_s:
         rows.append(("fused attention (SDPA)", _rate(s.attention_flops_per_s, "TFLOPS", TFLOPS), "", ""))
     for label, value in (("kernel launch", s.launch_overhead_s), ("small op in a chain", s.small_op_chain_s_per_op),

@@ -124,6 +124,7 @@ def test_the_decode_curve_is_read_at_the_batch_in_log_rows(profile):
     M) between the measured 1- and 4-row rates, with no engine factor on top."""
     curve = profile.summary.weight_stream_bytes_per_s["fp32"]
     assert set(curve) == {1, 4, 16, 64}
+    assert "fp32 weight stream (M=4)" in format_profile(profile, None)   # the summary shows the curve
     e = estimate("qwen2.5-0.5b", "local", weight_format="f32", calibration=profile, batch=2, prompt_tokens=64,
                  output_tokens=16, engine="transformers")
     rate = curve[1] + 0.5 * (curve[4] - curve[1])
