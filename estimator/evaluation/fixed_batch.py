@@ -65,10 +65,12 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
     bandwidth = hw["bandwidth_bytes_per_s"] * hw["device_bandwidth_eff"]
     native = bandwidth_scale_by_class(engine)[hw["device_class_code"]]
     weight_scale = np.where(f["dequantizes"], bandwidth_scale_by_class(engine, True)[hw["device_class_code"]], native)
+    weight_engine_factor = weight_scale * f["engine_bandwidth_eff"]
     return {
         "linear_flops_per_s": peak_linear_flops_per_s * compute_eff,
         "attention_flops_per_s": hw["attention_flops_per_s"] * compute_eff,
         "weight_bytes_per_s": bandwidth * weight_scale * f["engine_bandwidth_eff"],
+        "weight_engine_factor": weight_engine_factor,   # the engine's share of the device's weight stream
         "kv_bytes_per_s": bandwidth * native * engine.kv_bandwidth_eff,
     }
 
@@ -149,12 +151,10 @@ def _pass_rates(s: _Setup, tokens) -> dict:
         return s.rates
     eff = weight_stream_eff_at([s.hw[k] for k in WEIGHT_STREAM_KEYS], tokens)
     curve = np.isfinite(eff)
-    plateau = s.rates["weight_bytes_per_s"]
     # an engine that runs PyTorch's own GEMMs streams at the measured rate; another keeps its factor on top
-    engine_factor = 1.0 if s.engine.torch_kernels else plateau / (s.hw["bandwidth_bytes_per_s"] *
-                                                                  s.hw["device_bandwidth_eff"])
+    engine_factor = 1.0 if s.engine.torch_kernels else s.rates["weight_engine_factor"]
     measured = s.hw["bandwidth_bytes_per_s"] * np.where(curve, eff, 1.0) * engine_factor
-    return {**s.rates, "weight_bytes_per_s": np.where(curve, measured, plateau)}
+    return {**s.rates, "weight_bytes_per_s": np.where(curve, measured, s.rates["weight_bytes_per_s"])}
 
 
 def _stage(s: _Setup, flops: dict, bytes_: dict, tokens) -> dict:

@@ -167,8 +167,7 @@ def interval_columns(results: dict, limit: dict, moe: bool, engine: str, vendor:
             continue
         low, high = found
         bases.append(f"{regime}: {model_type(moe)} models, {engine} on {group} ({backend or 'any backend'}), "
-                     f"shrunk towards its parents, "
-                     f"widened {widening_for(stored, regime):g}x")
+                     f"shrunk towards its parents, widened {widening_for(stored, regime):g}x")
         for key in speeds:
             if _finite(results.get(key)):
                 out[f"{key}_low"] = results[key] * low

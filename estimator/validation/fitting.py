@@ -79,7 +79,7 @@ PRIOR_WEIGHT = 0.3
 # group, so its own factor (a product divided by the group's typical device efficiency) should differ
 # little between groups. Each group's log factor is pulled towards the engine's mean over the three, so a
 # group with few rows borrows from the others instead of being set by a handful of them (hierarchical
-# pooling, docs/formulas.md §9). 2 was chosen among 0.5, 1, 2 and 4 on the leave-one-source-out figures.
+# pooling, docs/formulas.md §13). 2 was chosen among 0.5, 1, 2 and 4 on the leave-one-source-out figures.
 GROUP_POOL_WEIGHT = 2.0
 TYPICAL_LOG_EFF = np.log([*[TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS] * 2,
                           *[TYPICAL_DEVICE[g].compute_eff for g in GROUPS]])

@@ -93,9 +93,9 @@ class Validation:
     def residuals(self) -> Residuals:
         labels = self.labels()
         limit_ratio = self.problem.limit / self.predicted
-        moe = [c.model.shape.moe for c in self.problem.resolved.configs]
-        paths = [cell_path(g, m, e, d, b) for g, m, e, d, b in
-                 zip(labels["regime"], moe, labels["engine"], labels["device group"], labels["backend"])]
+        paths = [cell_path(g, t == "MoE", e, d, b) for g, t, e, d, b in
+                 zip(labels["regime"], labels["model type"], labels["engine"], labels["device group"],
+                     labels["backend"])]
         return Residuals(np.log(self.speed_ratio), np.log(np.where(self._times, 1 / limit_ratio, limit_ratio)),
                          paths, labels["phase"], self.problem.sources)
 
