@@ -51,6 +51,7 @@ def _estimate_kwargs(args: argparse.Namespace) -> dict:
     chosen = getattr(args, "device", None)   # --memory-gib: the device and its profile, resolved by run()
     return dict(
         model=args.model, gpu=chosen or args.gpu, n_gpus=args.gpus, tp=args.tp, pp=args.pp, ep=args.ep,
+        attention_dp=args.attention_dp,
         devices_per_node=args.devices_per_node, network_gbps=args.network_gbps,
         weight_format=args.format, kv_format=args.kv_format, batch=args.batch, prompt_tokens=args.prompt,
         output_tokens=args.output, kv_alloc=args.kv_alloc, kv_block_tokens=args.kv_block,

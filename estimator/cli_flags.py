@@ -110,6 +110,9 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pp", type=_whole(1, MAX_DEVICES), default=1, help="pipeline stages per replica (default 1)")
     p.add_argument("--ep", type=_whole(1, MAX_DEVICES), default=1,
                    help="expert-parallel ranks within the TP group, MoE only (default 1)")
+    p.add_argument("--attention-dp", action="store_true",
+                   help="attention data-parallel over the tp ranks (SGLang --enable-dp-attention, TensorRT-LLM "
+                        "enable_attention_dp; with --ep: 'DEP'): whole attention weights and KV per rank")
     p.add_argument("--devices-per-node", type=_whole(1, MAX_DEVICES),
                    help="devices on one scale-up link (NVLink domain); beyond it the network is used (default: "
                         "the device's own, 72 for an NVL72 rack, else 8)")

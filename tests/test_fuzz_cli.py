@@ -131,7 +131,7 @@ MODELS = ["llama-3.1-8b", "qwen2.5-0.5b", "mixtral-8x7b", "llama-3.1-70b", "deep
 GPUS = ["h100", "l4", "rtx 4090", "apple m4 max (40-core gpu)", "amd epyc 9654", "mi300x", "local"]
 ESTIMATE_FLAGS = {
     "--gpus": whole(1, 65_536, [1, 2, 4, 8]), "--tp": whole(1, 65_536, [1, 2, 4]),
-    "--pp": whole(1, 65_536, [1, 2]), "--ep": whole(1, 65_536, [1, 2]),
+    "--pp": whole(1, 65_536, [1, 2]), "--ep": whole(1, 65_536, [1, 2]), "--attention-dp": SWITCH,
     "--devices-per-node": whole(1, 65_536, [1, 8]),
     "--network-gbps": number(1e-3, 1e6, [100.0, 400.0, 1e6, 0.001]),
     "--format": names(["bf16", "fp8", "int4-awq", "Q4_K_M", "nvfp4", "f32"]),

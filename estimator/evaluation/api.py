@@ -331,7 +331,8 @@ class Estimate(Configuration):
 
 
 def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None = None, tp: int | None = None,
-             pp: int = 1, ep: int = 1, devices_per_node: int | None = None, network_gbps: float = 400.0,
+             pp: int = 1, ep: int = 1, attention_dp: bool = False, devices_per_node: int | None = None,
+             network_gbps: float = 400.0,
              weight_format: str | None = None, kv_format: str = "f16", batch: int = 1,
              prompt_tokens: int = 512, output_tokens: int = 256, kv_alloc: str = "paged", kv_block_tokens: int = 16,
              prefix_tokens: int = 0, attention: str = "fused", offload: str = "none", gpu_layers: int | None = None,
@@ -348,8 +349,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
 
     Parameters are as in :func:`sweep`, one value each; the layout is given by
     ``n_gpus`` (all of them tensor-parallel unless ``tp``/``pp`` say otherwise;
-    what tp × pp leaves over becomes data-parallel replicas) and ``ep``. The
-    estimate is a sweep of one row.
+    what tp × pp leaves over becomes data-parallel replicas), ``ep`` and
+    ``attention_dp``. The estimate is a sweep of one row.
 
     Examples
     --------
@@ -375,7 +376,7 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     # a scale-up domain: as given, else the device's own (an NVL72 rack: 72), else an 8-device board
     devices_per_node = devices_per_node or scale_up_domain(device)
     layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep, model=spec, devices_per_node=devices_per_node,
-                                 network_gbps=network_gbps)
+                                 network_gbps=network_gbps, attention_dp=attention_dp)
     serving = _serving(kv_alloc=kv_alloc, kv_block_tokens=kv_block_tokens, prefix_tokens=prefix_tokens,
                        attention=attention, offload=offload, gpu_layers=gpu_layers, cpu_moe=cpu_moe,
                        host_cpu=host_cpu,

@@ -70,6 +70,8 @@ def _model_row(model: ModelSpec) -> dict[str, float]:
         # weights always streamed: attention, dense MLPs, shared experts, routers (and docs/formulas.md §15 roles)
         "params_dense_linear": p.dense_linear,
         "params_routed_one": p.routed_expert_one,      # one expert of one MoE layer
+        # token mixers (attention, indexers, linear attention): whole on every rank under attention data parallelism
+        "params_attention": p.attention + p.indexer + p.linear_attention,
         "moe_layers": p.num_moe_layers,
         "experts": p.num_experts,
         "experts_per_token": p.experts_per_token,

@@ -106,6 +106,7 @@ class _Setup:
     cpu_layers: np.ndarray     # MoE layers whose routed experts are in host memory (llama.cpp --n-cpu-moe)
     tp_link: np.ndarray        # bytes/s the TP collectives run at
     pp_link: np.ndarray        # bytes/s between pipeline stages
+    attention_dp: np.ndarray   # 1: attention runs data-parallel over the tp ranks (docs/formulas.md §8)
 
 
 def _skewed(s: _Setup, flops: dict, bytes_: dict, tokens) -> tuple[dict, dict]:
@@ -167,7 +168,7 @@ def _stage(s: _Setup, flops: dict, bytes_: dict, tokens) -> dict:
     rates = _pass_rates(s, tokens)
     overhead_s = s.m["layers"] / s.pp * s.engine.per_layer_s
     communication_s = stage_communication_time(s.m, s.hw, tokens, s.tp, s.pp, s.ep, s.engine.allreduce_latency_s,
-                                               s.tp_link)
+                                               s.tp_link, s.attention_dp)
     streamed = np.where(s.serving["offload"] == LAYERS, 0.0, 1.0) * streaming_time(
         bytes_["weights"] / devices, s.device_share, s.hw["host_link_bytes_per_s"])
     if np.any(s.cpu_layers > 0):
@@ -213,6 +214,17 @@ def _phase(stage: dict, passes, per_step_s, transfer_s) -> dict:
     return out
 
 
+def _busiest_attention_rank(s: _Setup, flops: dict, bytes_: dict, b) -> tuple[dict, dict]:
+    """Under attention data parallelism the b sequences of a micro-batch spread over the tp ranks and the
+    busiest holds at least one: below tp sequences its attention work is tp/b times the mean share that the
+    pass's division by the devices assumes (docs/formulas.md §8)."""
+    if not np.any(s.attention_dp > 0):
+        return flops, bytes_
+    uneven = np.where(s.attention_dp > 0, np.maximum(s.tp / np.maximum(b, 1e-12), 1.0), 1.0)
+    return ({**flops, "attention": flops["attention"] * uneven},
+            {k: v if k in ("weights", "activations") else v * uneven for k, v in bytes_.items()})
+
+
 def _host_step_s(s: _Setup, b, micro):
     """The engine's host time per step: a fixed part, and a part per sequence of the replica's batch."""
     return s.engine.per_step_s + s.engine.per_sequence_s * b * micro
@@ -224,7 +236,8 @@ def _decode(s: _Setup, b, micro, spans, q=1):
     span_topk = np.where(s.m["attn_topk"] > 0, span_topk, span_global)   # a draft model may have no top-k cap
     flops = fl.decode_flops(s.m, b, span_global, span_local, span_topk, q=q)
     bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, span_global, span_local, s.tp, s.serving["fused_attention"],
-                             q=q, span_topk=span_topk)
+                             q=q, span_topk=span_topk, attention_dp=s.attention_dp)
+    flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
         flops, bytes_ = _skewed(s, flops, bytes_, b * q)
     phase = _phase(_stage(s, flops, bytes_, b * q), np.maximum(micro, s.pp), _host_step_s(s, b, micro),
@@ -235,7 +248,9 @@ def _decode(s: _Setup, b, micro, spans, q=1):
 def _prefill(s: _Setup, b, micro, T, cached):
     """Ledgers and phase times of prefilling micro-batches of b prompts past ``cached`` tokens."""
     flops = fl.prefill_flops(s.m, b, T, cached)
-    bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, s.serving["fused_attention"], cached)
+    bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, s.serving["fused_attention"], cached,
+                              attention_dp=s.attention_dp)
+    flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     new_tokens = b * (T - cached)
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
         flops, bytes_ = _skewed(s, flops, bytes_, new_tokens)
@@ -297,6 +312,8 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     """
     B, T, O = (np.asarray(a, dtype=float) for a in (B, T, O))
     tp, pp, ep, dp = (np.asarray(layout[k], dtype=float) for k in ("tp", "pp", "ep", "dp"))
+    attention_dp = np.asarray(layout.get("attention_dp", 0.0), dtype=float)
+    kv_tp = tr.kv_split_ranks(tp, attention_dp)   # the ranks a cache entry is split over
     serving = {**DEFAULT_SERVING, **(serving or {})}
     # prompt tokens served from cache: the shared prefix, and a share H of the rest (a prefix-cache hit
     # rate, docs/formulas.md §14): they skip prefill, but attention still spans the whole prompt. The
@@ -314,17 +331,18 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
         raise ConfigurationError("MoE experts on the host CPU (cpu_moe) need the host CPU's rates; pass host=")
     host_experts = cpu_expert_bytes_stored(m, f, cpu_layers) / (tp * pp)   # held in host RAM, not on the device
     memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, draft=draft,
-                        host_weight_bytes=host_experts)
+                        host_weight_bytes=host_experts, attention_dp=attention_dp)
     share = device_weight_share(serving["offload"], serving["gpu_layers"], m["layers"],
                                 memory["memory_weights_bytes"], memory["room_for_weights_bytes"])
     if serving["offload"] != NONE:  # re-plan the memory with the offloaded part on the host
         kv_share = np.where(serving["offload"] == LAYERS, share, 1.0)
         memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, share, kv_share, draft,
-                            host_weight_bytes=host_experts)
+                            host_weight_bytes=host_experts, attention_dp=attention_dp)
     node = np.asarray(layout.get("node", DEFAULT_NODE_DEVICES), dtype=float)
     network = np.asarray(layout.get("network_bytes_per_s", DEFAULT_NETWORK_BYTES_PER_S), dtype=float)
     s = _Setup(m, hw, f, kv_bits, tp, pp, ep, serving, engine, effective_rates(hw, f, peak_linear_flops_per_s, engine),
-               host, share, cpu_layers, tp_link_bytes_per_s(hw, tp, node, network), pp_link_bytes_per_s(hw, tp, pp, node, network))
+               host, share, cpu_layers, tp_link_bytes_per_s(hw, tp, node, network),
+               pp_link_bytes_per_s(hw, tp, pp, node, network), attention_dp)
 
     prefill_flops, prefill_bytes, prefill = _prefill(s, b, micro, T, cached)
     # the device's free KV space (what the batch leaves): where cached prefixes live beside any second tier
@@ -360,7 +378,7 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
         "kv_tier_load_s": tier_s + 0 * B,
         # prompt tokens the prefix cache can keep: the device's free KV space and the second tier, if any
         "prefix_cache_tokens": (free_kv_bytes + np.asarray(serving["kv_tier_bytes"], dtype=float) / (tp * pp))
-        / (kv_cache_bytes_per_sequence(m, kv_bits, 1.0, tp) / (tp * pp)),
+        / (kv_cache_bytes_per_sequence(m, kv_bits, 1.0, kv_tp) / (tp * pp)),
     })
     for phase, times in (("prefill", prefill), ("decode", decode)):
         out.update({f"{phase}_{key}": times[key] for key in PARTS})
@@ -375,7 +393,7 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     out["kv_cache_bytes_per_token"] = tr.kv_bytes_per_token(m, kv_bits) + 0 * B
     out["offloaded_bytes"] = tr.weight_bytes_stored(m, f) / (tp * pp) * (1 - share) + host_experts
     out["throughput_out_tps_per_gpu"] = out["throughput_out_tps"] / (tp * pp * dp)
-    out["kv_crossover_tokens"] = tr.kv_crossover_tokens(m, f, kv_bits, b, tp)
+    out["kv_crossover_tokens"] = tr.kv_crossover_tokens(m, f, kv_bits, b, kv_tp)
     # how much faster the same configuration would decode with everything on the device
     out["offload_slowdown"] = decode["time_s"] / decode["if_fit_s"]
     return out
@@ -389,7 +407,8 @@ def _tier_load_s(s: _Setup, free_kv_bytes, b, micro, hit_tokens, devices):
         return 0.0
     rate = np.where(s.serving["kv_tier"] == DISK, DISK_READ_BYTES_PER_S / devices,   # one drive per replica
                     s.hw["host_link_bytes_per_s"] * HOST_LINK_EFFICIENCY)
-    hit_bytes = kv_cache_bytes_per_sequence(s.m, s.kv_bits, hit_tokens, s.tp) / devices * b * micro
+    hit_bytes = kv_cache_bytes_per_sequence(s.m, s.kv_bits, hit_tokens, tr.kv_split_ranks(s.tp, s.attention_dp)) \
+        / devices * b * micro
     return tier_load_time(hit_bytes, tier_bytes / devices, free_kv_bytes, rate)
 
 

@@ -29,6 +29,8 @@ from estimator.physics.traffic import (
     LOGIT_BYTES,
     kv_bytes_per_token_layer,
     kv_replication,
+    kv_split_ranks,
+    replicated_attention_bytes,
     state_bytes_per_sequence,
     weight_bytes_stored,
 )
@@ -59,7 +61,7 @@ def activation_workspace_bytes(m, B, T, fused_attention):
 
 
 def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv_share=1.0, draft=None,
-               host_weight_bytes=0.0):
+               host_weight_bytes=0.0, attention_dp=0):
     """Per-device footprint of one replica of tp × pp devices serving B sequences, and its largest batch.
 
     ``serving`` holds ``paged``, ``block_tokens``, ``prefix_tokens`` and ``fused_attention``
@@ -68,21 +70,28 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
     A speculative ``draft`` model (columns) keeps its weights and its own KV cache on the device too.
     ``host_weight_bytes`` (per device) are weights held in host memory instead, such as MoE experts run
     or copied from the host (llama.cpp ``--n-cpu-moe``, docs/formulas.md §8): the device does not hold them.
+    Under ``attention_dp`` each rank holds the whole attention weights and whole cache entries of its own
+    sequences (docs/formulas.md §8).
     """
     n = np.asarray(tp, dtype=float) * pp
     paged, block, prefix = serving["paged"], serving["block_tokens"], serving["prefix_tokens"]
     fused_attention = serving["fused_attention"]
-    weights = weight_bytes_stored(m, f) / n * weight_share - host_weight_bytes
+    weights = (weight_bytes_stored(m, f) + replicated_attention_bytes(m, f, tp, attention_dp)) / n * weight_share \
+        - host_weight_bytes
+    kv_tp = kv_split_ranks(tp, attention_dp)
+    # a shared prefix is cached once per replica, or once per rank when each runs attention on its own sequences
+    prefix_copies = np.where(np.asarray(attention_dp) > 0, tp, 1.0)
     own_slots = allocated_tokens(T + O - prefix, paged, block, m["max_context"])
-    shared = kv_cache_bytes_per_sequence(m, kv_bits, allocated_tokens(prefix, paged, block, m["max_context"]), tp) / n
+    shared = kv_cache_bytes_per_sequence(m, kv_bits, allocated_tokens(prefix, paged, block, m["max_context"]),
+                                         kv_tp) * prefix_copies / n
     # a Gated DeltaNet state is per sequence, not per token: never shared with the prefix (docs/formulas.md §15.1)
-    kv_per_seq = (kv_cache_bytes_per_sequence(m, kv_bits, own_slots, tp) + state_bytes_per_sequence(m, tp)) / n \
-        * kv_share
+    kv_per_seq = (kv_cache_bytes_per_sequence(m, kv_bits, own_slots, kv_tp) + state_bytes_per_sequence(m, kv_tp)) \
+        / n * kv_share
     shared = shared * kv_share
     if draft is not None:
         weights = weights + weight_bytes_stored(draft, f) / n
-        kv_per_seq = kv_per_seq + (kv_cache_bytes_per_sequence(draft, kv_bits, own_slots, tp)
-                                   + state_bytes_per_sequence(draft, tp)) / n
+        kv_per_seq = kv_per_seq + (kv_cache_bytes_per_sequence(draft, kv_bits, own_slots, kv_tp)
+                                   + state_bytes_per_sequence(draft, kv_tp)) / n
     activations = activation_workspace_bytes(m, B, T, fused_attention) / tp
     reserve = hw["runtime_reserve_bytes"]
     available = hw["capacity_bytes"] * hw["usable_memory_fraction"]

@@ -17,6 +17,12 @@ so ``devices = tp × pp × dp`` and each replica decodes ``batch / dp`` sequence
   hidden states to the ranks holding their k experts, each moving
   ``(e−1)/e · tokens · k · d`` elements (BLIS; GenZ t_A2A). Routing is assumed
   balanced: the busiest rank holds the mean share of the expected experts.
+- **Attention DP** (SGLang ``--enable-dp-attention``, TensorRT-LLM
+  ``enable_attention_dp``; "DEP" with EP): the tp ranks run attention on their
+  own sequences with whole weights and whole cache entries, so attention needs
+  no all-reduce; each MLP and MoE layer all-gathers every rank's tokens and
+  reduce-scatters its output (an all-reduce's volume), its weights split by tp
+  or, for experts, by ep (docs/formulas.md §8).
 - **Nodes**: a node holds ``node`` devices on its scale-up link (NVLink,
   Infinity Fabric; 8 in an HGX/DGX server, 72 in a GB200 NVL72 rack). Collectives
   of a TP group larger than a node, and pipeline hops between stages on
@@ -65,12 +71,17 @@ def pp_link_bytes_per_s(hw, tp, pp, node, network_bytes_per_s):
                     hw["link_bytes_per_s"])
 
 
-def stage_communication_time(m, hw, tokens, tp, pp, ep, latency_s, link):
-    """All-reduces (and all-to-alls) of one micro-batch of ``tokens`` passing one pipeline stage over ``link``."""
+def stage_communication_time(m, hw, tokens, tp, pp, ep, latency_s, link, attention_dp=0):
+    """All-reduces (and all-to-alls) of one micro-batch of ``tokens`` passing one pipeline stage over ``link``.
+
+    Under attention data parallelism attention needs no all-reduce; every MLP and MoE layer gathers all ranks'
+    tokens and reduce-scatters its output, an all-reduce's volume, whether its experts are split by tp or ep.
+    """
     hidden_bytes = tokens * m["hidden"] * ACTIVATION_BYTES
     layers, moe_layers = m["layers"] / pp, m["moe_layers"] / pp
-    attention_allreduce = layers * allreduce_time(hidden_bytes, tp, link, latency_s)
-    uses_a2a = (np.asarray(ep) > 1) & (m["moe_layers"] > 0)
+    adp = np.asarray(attention_dp) > 0
+    attention_allreduce = np.where(adp, 0.0, layers * allreduce_time(hidden_bytes, tp, link, latency_s))
+    uses_a2a = (np.asarray(ep) > 1) & (m["moe_layers"] > 0) & ~adp
     dense_mlp_allreduce = (layers - np.where(uses_a2a, moe_layers, 0.0)) * allreduce_time(
         hidden_bytes, tp, link, latency_s)
     dispatch_bytes = hidden_bytes * m["experts_per_token"]

@@ -18,7 +18,9 @@ Activations are 16-bit. Ledgers are totals over the replica; each of its
 devices moves an equal share (the caller divides), except that under tensor
 parallelism KV heads replicate once tp exceeds the KV-head count and an MLA
 latent is stored on every rank (docs/formulas.md §2), which ``kv_replication``
-accounts for.
+accounts for. Under attention data parallelism the tp ranks run attention on
+their own sequences instead: each holds whole cache entries (no replication)
+and reads the whole attention weights (docs/formulas.md §8).
 
 Gated DeltaNet layers hold a fixed-size state per sequence instead of a cache,
 read and rewritten every decode step; a sparse-attention indexer adds a key per
@@ -135,6 +137,19 @@ def kv_replication(m, tp):
     return np.where(m["is_mla"] > 0, n, gqa)
 
 
+def kv_split_ranks(tp, attention_dp):
+    """Ranks a cache entry is split over by heads: tp, or 1 under attention data parallelism, where each rank
+    keeps whole entries of its own sequences (docs/formulas.md §8)."""
+    return np.where(np.asarray(attention_dp) > 0, 1.0, np.asarray(tp, dtype=float))
+
+
+def replicated_attention_bytes(m, f, tp, attention_dp):
+    """Token-mixer weights beyond one copy over the replica: under attention data parallelism each of the tp
+    ranks holds and reads them whole, (tp − 1)·P_attn more (docs/formulas.md §8)."""
+    extra = np.where(np.asarray(attention_dp) > 0, np.asarray(tp, dtype=float) - 1, 0.0)
+    return extra * m["params_attention"] * f["dense_bits"] / 8
+
+
 def activation_bytes(m, f, tokens):
     """Matmul inputs/outputs, norms, embedding rows looked up (per-layer-embedding rows too), and the logits."""
     per_token = m["act_elems_per_token_layer"] * m["layers"] * ACTIVATION_BYTES
@@ -142,7 +157,7 @@ def activation_bytes(m, f, tokens):
     return tokens * (per_token + embedding_rows + m["ple_elems_per_token"] * f["embedding_bits"] / 8)
 
 
-def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0):
+def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0, attention_dp=0):
     """Bytes moved to prefill B prompts of T tokens, the first ``cached`` already in the cache (replica totals).
 
     Under sparse attention the latents are re-read per query tile over the capped pairs and the indexer
@@ -151,7 +166,8 @@ def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0):
     """
     new = T - cached
     tokens = B * new
-    copies = kv_replication(m, tp)
+    kv_tp = kv_split_ranks(tp, attention_dp)
+    copies = kv_replication(m, kv_tp)
     kv_layer = kv_bytes_per_token_layer(m, kv_bits) * copies
     latent_layer = latent_bytes_per_token_layer(m, kv_bits) * copies
     pairs = prefill_pairs(m, T, cached)
@@ -161,12 +177,12 @@ def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0):
     unfused = B * (kv_layer * m["attn_layers"] * T
                    + UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * m["attn_layers"] * new * T)
     q_and_out = 2 * tokens * m["attn_layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
-    state = state_bytes_per_sequence(m, tp)
+    state = state_bytes_per_sequence(m, kv_tp)
     return {
-        "weights": weight_bytes_streamed(m, f, tokens),
+        "weights": weight_bytes_streamed(m, f, tokens) + replicated_attention_bytes(m, f, tp, attention_dp),
         "kv_write": tokens * m["kv_layers"] * kv_layer + B * state,
         "activations": activation_bytes(m, f, tokens) + B * m["vocab"] * LOGIT_BYTES,
-        "attention": np.where(fused_attention, fused, unfused) + q_and_out + B * _chunk_state_bytes(m, tp, new),
+        "attention": np.where(fused_attention, fused, unfused) + q_and_out + B * _chunk_state_bytes(m, kv_tp, new),
     }
 
 
@@ -188,7 +204,8 @@ def _chunk_state_bytes(m, tp, new):
     return 2 * chunks * m["recurrent_elems_per_sequence"] * STATE_BITS / 8 * state_replication(m, tp)
 
 
-def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention, q=1, span_topk=None):
+def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention, q=1, span_topk=None,
+                 attention_dp=0):
     """Bytes moved by one decode step of B sequences with ``q`` new tokens each (replica totals).
 
     Verifying q = γ + 1 drafted tokens reads the weights and each sequence's KV
@@ -197,19 +214,20 @@ def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention,
     the latents of min(S, k_top) tokens (``span_topk``) and the indexer keys of all S;
     a Gated DeltaNet state is read once and written for every new token (docs/formulas.md §15).
     """
-    copies = kv_replication(m, tp)
+    kv_tp = kv_split_ranks(tp, attention_dp)
+    copies = kv_replication(m, kv_tp)
     kv_layer = kv_bytes_per_token_layer(m, kv_bits) * copies
     latent_layer = latent_bytes_per_token_layer(m, kv_bits) * copies
     span_top = span_global if span_topk is None else span_topk
     global_layers = m["attn_layers"] - m["local_layers"]
     attended = global_layers * span_top + m["local_layers"] * span_local
     tokens = B * q
-    state = state_bytes_per_sequence(m, tp)
+    state = state_bytes_per_sequence(m, kv_tp)
     scores = UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * attended * tokens
     q_and_out = 2 * tokens * m["attn_layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
     indexed = m["index_key_bytes_per_token_layer"] * copies * m["attn_layers"] * span_global
     return {
-        "weights": weight_bytes_streamed(m, f, tokens),
+        "weights": weight_bytes_streamed(m, f, tokens) + replicated_attention_bytes(m, f, tp, attention_dp),
         "kv_read": B * latent_layer * attended + B * indexed + B * state,
         "kv_write": tokens * kv_layer * m["kv_layers"] + tokens * state,
         "activations": activation_bytes(m, f, tokens) + tokens * m["vocab"] * LOGIT_BYTES,

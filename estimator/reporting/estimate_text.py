@@ -75,7 +75,7 @@ def _flops_text(flops_per_s: float) -> str:
 
 
 def _layout_text(layout) -> str:
-    parts = [f"tensor-parallel {layout.tp}"]
+    parts = [f"tensor-parallel {layout.tp}" + (" with attention data-parallel" if layout.attention_dp else "")]
     if layout.pp > 1:
         parts.append(f"{layout.pp} pipeline stages")
     if layout.ep > 1:

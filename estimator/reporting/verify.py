@@ -38,7 +38,8 @@ def _q(text) -> str:
 def inputs_of(e: Estimate) -> dict:
     """The inputs the commands depend on: the estimate's, and its device's vendor and class."""
     d = e.to_dict()
-    return {**{k: d[k] for k in ("model", "hf_id", "hardware", "n_gpus", "tp", "pp", "engine", "weight_format",
+    return {**{k: d[k] for k in ("model", "hf_id", "hardware", "n_gpus", "tp", "pp", "ep", "attention_dp",
+                                 "engine", "weight_format",
                                  "kv_format", "batch", "prompt_tokens", "output_tokens", "concurrency", "rate",
                                  "attention", "gpu_layers", "chunked_prefill")},
             # a length mix is measured at its mean lengths (whole tokens): the tools take one length
@@ -79,7 +80,9 @@ def llama_cpp(i: dict) -> list[dict]:
 
 def _vllm_engine_args(i: dict) -> str:
     args = ""
-    if i["tp"] > 1:
+    if i["attention_dp"] and i["tp"] > 1:   # vLLM's attention data parallelism: DP ranks share the MoE layers
+        args += f" --data-parallel-size {i['tp']}" + (" --enable-expert-parallel" if i["ep"] > 1 else "")
+    elif i["tp"] > 1:
         args += f" --tensor-parallel-size {i['tp']}"
     if i["pp"] > 1:
         args += f" --pipeline-parallel-size {i['pp']}"

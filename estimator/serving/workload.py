@@ -35,6 +35,10 @@ class Layout(BaseModel):
     pp: int = Field(default=1, ge=1, description="pipeline stages")
     ep: int = Field(default=1, ge=1, description="expert-parallel ranks (within the TP group)")
     dp: int = Field(default=1, ge=1, description="data-parallel replicas")
+    attention_dp: bool = Field(
+        default=False, description="attention data-parallel over the tp ranks: each runs attention on its own "
+                                   "sequences with whole weights and cache entries, MLP and MoE layers keep the "
+                                   "tp/ep split (SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp)")
     devices_per_node: int = Field(default=DEFAULT_DEVICES_PER_NODE, ge=1,
                                   description="devices sharing one scale-up link (NVLink domain)")
     network_gbps: float = Field(default=400.0, gt=0, description="scale-out network per device, Gbit/s one way")
@@ -42,7 +46,7 @@ class Layout(BaseModel):
     def columns(self) -> dict:
         """The values :func:`estimator.evaluation.compute.compute_results` reads for this layout."""
         return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "dp": self.dp, "node": self.devices_per_node,
-                "network_bytes_per_s": self.network_gbps * 1e9 / 8}
+                "network_bytes_per_s": self.network_gbps * 1e9 / 8, "attention_dp": float(self.attention_dp)}
 
     @property
     def devices(self) -> int:
@@ -52,7 +56,7 @@ class Layout(BaseModel):
     def label(self) -> str:
         nodes = "" if self.tp * self.pp <= self.devices_per_node else \
             f" over {-(-self.tp * self.pp // self.devices_per_node)} nodes"
-        return f"tp{self.tp} pp{self.pp} ep{self.ep} dp{self.dp}{nodes}"
+        return f"tp{self.tp} pp{self.pp} ep{self.ep} dp{self.dp}{' attention-dp' if self.attention_dp else ''}{nodes}"
 
     @classmethod
     def from_devices(cls, devices: int | None = None, tp: int | None = None, pp: int = 1, ep: int = 1,
@@ -62,7 +66,7 @@ class Layout(BaseModel):
         N devices alone: tensor parallelism over all of them within one scale-up domain
         (``devices_per_node``), data-parallel replicas across domains (the usual serving layout:
         TP traffic stays on NVLink). With ``model``, the TP degree is the largest that also splits
-        its attention and KV heads; the rest become replicas.
+        its attention and KV heads (unless attention runs data-parallel); the rest become replicas.
         """
         for name, value in (("devices", devices), ("tp", tp), ("pp", pp), ("ep", ep)):
             if value is not None and (isinstance(value, bool) or not float(value).is_integer() or value < 1):
@@ -74,7 +78,8 @@ class Layout(BaseModel):
             # tensor parallelism stays on the scale-up link; beyond it, replicas (the usual serving layout)
             node = system.get("devices_per_node", cls.model_fields["devices_per_node"].default)
             tp = next(t for t in range(min(devices // pp, node), 0, -1)
-                      if (devices // pp) % t == 0 and (model is None or _splits_heads(model, t)))
+                      if (devices // pp) % t == 0
+                      and (model is None or system.get("attention_dp") or _splits_heads(model, t)))
         devices = devices or tp * pp
         if devices % (tp * pp):
             raise ConfigurationError(
@@ -119,13 +124,16 @@ def _splits_heads(model: ModelSpec, tp: int) -> bool:
 def check_layout(model: ModelSpec, layout: Layout) -> None:
     """Reject layouts the model cannot be split into, saying what would work."""
     sh = model.shape
-    if sh.num_attention_heads % layout.tp:
-        raise ConfigurationError(
-            f"{model.name} has {sh.num_attention_heads} attention heads, which tp={layout.tp} tensor-parallel ranks "
-            f"cannot split evenly; use a tp that divides {sh.num_attention_heads}")
-    if sh.num_kv_heads % layout.tp and layout.tp % sh.num_kv_heads:
-        raise ConfigurationError(
-            f"{model.name} has {sh.num_kv_heads} KV heads: tp={layout.tp} must divide them or be a multiple of them")
+    if not layout.attention_dp:   # under attention data parallelism no rank splits the heads
+        if sh.num_attention_heads % layout.tp:
+            raise ConfigurationError(
+                f"{model.name} has {sh.num_attention_heads} attention heads, which tp={layout.tp} tensor-parallel "
+                f"ranks cannot split evenly; use a tp that divides {sh.num_attention_heads}, or attention data "
+                "parallelism")
+        if sh.num_kv_heads % layout.tp and layout.tp % sh.num_kv_heads:
+            raise ConfigurationError(
+                f"{model.name} has {sh.num_kv_heads} KV heads: tp={layout.tp} must divide them or be a multiple "
+                "of them")
     if layout.pp > sh.num_layers:
         raise ConfigurationError(f"pp={layout.pp} pipeline stages exceed {model.name}'s {sh.num_layers} layers")
     if layout.ep > 1:
@@ -135,8 +143,6 @@ def check_layout(model: ModelSpec, layout: Layout) -> None:
             raise ConfigurationError(
                 f"ep={layout.ep} must divide both {model.name}'s {sh.moe.num_experts} experts and tp={layout.tp} "
                 "(experts are split within the tensor-parallel group)")
-
-
 
 
 class ServingOptions(BaseModel):

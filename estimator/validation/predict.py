@@ -3,8 +3,9 @@
 Columns are those of the measurement schema (``measurements_db/SCHEMA.md``). Required: ``id,
 hardware, n_gpus, model, weight_format, batch, input_len, output_len, metric``; optional: ``value,
 unit``, ``engine`` (else the ``framework`` text picks the profile in ``engines_db/``), ``tp``,
-``pp``, ``ep``, ``dp``, ``kv_format``, ``attention`` (fused, the default, or unfused), ``context_depth``
-(tokens already in the KV cache, as llama-bench's ``ppN @ dM``), ``gpu_layers``, ``concurrency`` and
+``pp``, ``ep``, ``dp``, ``attention_dp`` (1: attention data-parallel over the tp ranks), ``kv_format``,
+``attention`` (fused, the default, or unfused), ``context_depth`` (tokens already in the KV cache, as
+llama-bench's ``ppN @ dM``), ``gpu_layers``, ``concurrency`` and
 ``request_rate`` (a serving benchmark: the steady state of continuous batching under that load), with
 ``max_num_seqs`` (else the engine's default), ``prefix_hit_rate`` and ``num_requests`` (a finite
 benchmark), ``cpu_moe``. Mean lengths may be
@@ -173,7 +174,7 @@ def layout_of_row(row: dict, model, hardware, engine: EngineProfile | None = Non
     if engine is not None and engine.multi_gpu == "layers" and tp is None and pp is None:
         tp, pp = 1, devices // (dp or 1)
     layout = Layout.from_devices(devices=devices, tp=tp, pp=pp or 1, ep=ep or 1, model=model,
-                                 devices_per_node=scale_up_domain(hardware))
+                                 devices_per_node=scale_up_domain(hardware), attention_dp=_flag(row, "attention_dp"))
     if dp is not None and layout.dp != dp:
         raise ConfigurationError(f"n_gpus {devices} with tp={layout.tp} and pp={layout.pp} makes {layout.dp} "
                                  f"replicas, not the row's dp={dp}; n_gpus must be tp x pp x dp")
@@ -339,6 +340,14 @@ def _prepared_groups(resolved: Resolved, physical_limit: bool) -> dict:
             groups[group] = (idx, prepared, batch)
         resolved.cache[key] = groups
     return resolved.cache[key]
+
+
+def _flag(row: dict, key: str) -> bool:
+    """A yes/no cell: 1, true or yes; 0, false, no or empty."""
+    value = _cell(row, key).lower()
+    if value not in ("", "0", "1", "true", "false", "yes", "no"):
+        raise ConfigurationError(f"column {key!r} must be 1/true/yes or 0/false/no, got {_cell(row, key)!r}")
+    return value in ("1", "true", "yes")
 
 
 def _attention(row: dict) -> str:
