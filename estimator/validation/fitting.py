@@ -133,13 +133,17 @@ class Problem:
     limit: np.ndarray
 
     @property
-    def under_load(self) -> np.ndarray:
-        """Serving rows (a client concurrency or request rate, or a latency of an offline run that sent
-        every request at once): judged, but not fitted on, since their latencies rest on the queueing
-        model as much as on the engine's efficiencies."""
+    def judged_only(self) -> np.ndarray:
+        """Rows judged but not fitted on: serving rows (a client concurrency or request rate, or a latency of
+        an offline run that sent every request at once), whose latencies rest on the queueing model as much
+        as on the engine's efficiencies; and any row of a finite run of ``num_requests`` sent at once to a
+        server, whose throughput is also set by its queue and by the drain of its longest requests
+        (docs/formulas.md §13), not by the engine's kernels alone."""
         r = self.resolved
         return np.array([measurement_regime(m, c.batch, sat, s.under_load) == "serving"
-                         for m, c, sat, s in zip(r.metrics, r.configs, r.saturate, r.serving)], dtype=bool)
+                         or (sat and bool((row.get("num_requests") or "").strip()))
+                         for m, c, sat, s, row in zip(r.metrics, r.configs, r.saturate, r.serving, self.rows)],
+                        dtype=bool)
 
     def subset(self, mask: np.ndarray) -> "Problem":
         idx = np.flatnonzero(mask)
@@ -203,7 +207,7 @@ def fit_engine(problem: Problem, name: str) -> EngineDefaults:
     Without rows the answer is the prior, never the engine's shipped (fitted) parameters, so a
     cross-validation fold cannot see the source it holds out.
     """
-    rows = problem.subset((problem.engines == name) & ~problem.under_load)
+    rows = problem.subset((problem.engines == name) & ~problem.judged_only)
     kernels = _kernel_properties(name)
     if not len(rows.measured) or name == GENERIC:
         return parameters_from(PRIOR, *kernels)
@@ -211,7 +215,7 @@ def fit_engine(problem: Problem, name: str) -> EngineDefaults:
 
 
 def fit_all(problem: Problem) -> dict[str, EngineDefaults]:
-    return {name: fit_engine(problem, name) for name in sorted(set(problem.engines[~problem.under_load]))}
+    return {name: fit_engine(problem, name) for name in sorted(set(problem.engines[~problem.judged_only]))}
 
 
 def fit_record(problem: Problem, name: str) -> dict:
@@ -220,7 +224,7 @@ def fit_record(problem: Problem, name: str) -> dict:
     Standard errors come from the Jacobian of the log residuals at the optimum (Gauss-Newton
     covariance s² (JᵀJ)⁻¹ in log θ, s² from the data residuals), converted to θ's units.
     """
-    rows = problem.subset((problem.engines == name) & ~problem.under_load)
+    rows = problem.subset((problem.engines == name) & ~problem.judged_only)
     if not len(rows.measured) or name == GENERIC:
         return {"rows": 0, "parameters": {}}
     result = _least_squares(rows, name)
