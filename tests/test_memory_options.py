@@ -23,14 +23,31 @@ from tests.helpers import cli
 
 # The entries given options (docs: hardware_db FIXES section 2, sizes verified in the cited source).
 EXPECTED_OPTIONS = {
+    "Apple M1 (7-core GPU)": (8, 16),
+    "Apple M1 Max (24-core GPU)": (32, 64),
+    "Apple M1 Max (32-core GPU)": (32, 64),
+    "Apple M1 Pro (14-core GPU)": (16, 32),
+    "Apple M1 Pro (16-core GPU)": (16, 32),
+    "Apple M1 Ultra (48-core GPU)": (64, 128),
+    "Apple M1 Ultra (64-core GPU)": (64, 128),
+    "Apple M1 (8-core GPU)": (8, 16),
+    "Apple M2 (10-core GPU)": (8, 16, 24),
+    "Apple M2 Max (30-core GPU)": (32, 64),
+    "Apple M2 Max (38-core GPU)": (32, 64, 96),
+    "Apple M2 Pro (16-core GPU)": (16, 32),
+    "Apple M2 Pro (19-core GPU)": (16, 32),
+    "Apple M2 Ultra (60-core GPU)": (64, 128, 192),
+    "Apple M2 Ultra (76-core GPU)": (64, 128, 192),
     "Apple M3 (10-core GPU)": (8, 16, 24),
     "Apple M3 Max (30-core GPU)": (36, 96),
     "Apple M3 Max (40-core GPU)": (48, 64, 128),
+    "Apple M3 Pro (18-core GPU)": (18, 36),
     "Apple M3 Ultra (60-core GPU)": (96, 256),
     "Apple M4 (10-core GPU)": (8, 16, 24, 32),
+    "Apple M4 Max (40-core GPU)": (48, 64, 128),
     "Apple M4 Pro (16-core GPU)": (24, 48, 64),
     "Apple M4 Pro (20-core GPU)": (24, 48, 64),
-    "Apple M4 Max (40-core GPU)": (48, 64, 128),
+    "Apple M5 (10-core GPU)": (16, 24, 32),
 }
 SOURCE = "https://example.com/spec-sheet"
 
@@ -207,3 +224,14 @@ def test_explain_and_disaggregation_use_the_chosen_size(capsys):
     large = cli(capsys, *disaggregated)
     assert small[0] == large[0] == 0
     assert json.loads(small[1])["aggregated"]["saturated"] and not json.loads(large[1])["aggregated"]["saturated"]
+
+
+def test_a_predict_row_is_evaluated_with_its_machines_memory():
+    """xiongjiedai's M1 MacBook Air had 8 GB (the 7-core chip is also sold with 16 GB): its row says so."""
+    from estimator.validation.predict import predict_rows
+
+    row = {"id": "m1", "hardware": "Apple M1 (7-core GPU)", "n_gpus": "1", "model": "llama-3.1-8b",
+           "weight_format": "Q8_0", "batch": "1", "input_len": "512", "output_len": "128", "metric": "itl_ms"}
+    largest, eight, wrong = predict_rows([row, {**row, "memory_gib": "8"}, {**row, "memory_gib": "12"}])
+    assert largest["status"] == "ok" and eight["status"] == "does_not_fit"   # 8.5 GB of Q8_0 weights
+    assert wrong["status"] == "invalid" and "12 GiB" in wrong["reason"] and "8 or 16 GiB" in wrong["reason"]

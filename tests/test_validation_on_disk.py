@@ -27,14 +27,14 @@ SOURCES = ("gpt-fast-readme", "llamacpp-benches-m2-ultra", "trtllm-perf-v0.9.0")
 def _copy_package(dst: Path) -> None:
     for name in PACKAGES:
         shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
-    rows, header = [], None
+    rows, header = [], {}   # every collection's columns, optional ones included, in order
     for path in sorted((dst / "measurements_db").glob("*.csv")):
         reader = csv.DictReader(io.StringIO(path.read_text()))
-        header = reader.fieldnames
+        header.update(dict.fromkeys(reader.fieldnames))
         rows += [r for r in reader if r["source"] in SOURCES]
         path.unlink()
     out = io.StringIO()
-    writer = csv.DictWriter(out, header, lineterminator="\n")
+    writer = csv.DictWriter(out, list(header), lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     (dst / "measurements_db" / "fixture.csv").write_text(out.getvalue())

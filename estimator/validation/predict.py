@@ -3,7 +3,8 @@
 Columns are those of the measurement schema (``measurements_db/SCHEMA.md``). Required: ``id,
 hardware, n_gpus, model, weight_format, batch, input_len, output_len, metric``; optional: ``value,
 unit``, ``engine`` (else the ``framework`` text picks the profile in ``engines_db/``), ``tp``,
-``pp``, ``ep``, ``dp``, ``attention_dp`` (1: attention data-parallel over the tp ranks), ``kv_format``,
+``pp``, ``ep``, ``dp``, ``attention_dp`` (1: attention data-parallel over the tp ranks), ``memory_gib`` (one
+of the memory sizes the device is sold with; else its largest), ``kv_format``,
 ``attention`` (fused, the default, or unfused), ``context_depth`` (tokens already in the KV cache, as
 llama-bench's ``ppN @ dM``), ``gpu_layers``, ``concurrency`` and
 ``request_rate`` (a serving benchmark: the steady state of continuous batching under that load), with
@@ -128,10 +129,14 @@ def _int(row: dict, key: str, default: int | None = None, minimum: int = 0) -> i
 
 
 def hardware_of_row(row: dict, db: Database):
-    """The row's device, resolved once (the engine's backend and the configuration both need it)."""
+    """The row's device, resolved once (the engine's backend and the configuration both need it), with the
+    row's ``memory_gib`` when it names one of the sizes the device is sold with (else its largest)."""
     if not _cell(row, "hardware"):
         raise ConfigurationError("column 'hardware' is empty")
-    return _resolve(db.hardware.get, _cell(row, "hardware"))
+    hardware = _resolve(db.hardware.get, _cell(row, "hardware"))
+    if _cell(row, "memory_gib"):
+        hardware = hardware.with_memory_gib(_number(row, "memory_gib", minimum=0.0))
+    return hardware
 
 
 def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None = None,
