@@ -51,6 +51,22 @@ def test_a_model_for_80_gb_cards_never_lands_on_a_24_gb_card(db):
                for r in result.rejected)
 
 
+def test_mla_models_are_also_planned_with_attention_data_parallel(db):
+    """DeepSeek's latent is copied onto every TP rank: the same devices with attention DP and expert
+    parallelism are a candidate beside plain TP, and under a heavy load, holding more sequences, they serve
+    more per device; a model with enough KV heads gets no such candidate."""
+    heavy = spec(models=["deepseek-v3"], workload={"prompt": 1000, "output": 1000, "concurrency": 256},
+                 targets={"max_ttft_s": 5.0, "min_tps_per_user": 10},
+                 constraints={"gpus": ["h200"], "max_gpus": 8, "formats": ["fp8"]},
+                 prices=Prices(devices={"NVIDIA H200 SXM 141GB": DevicePrice(cloud_usd_per_hour=4.0)}))
+    found = plan(heavy, db).configurations
+    by_layout = {(c["count"], c["attention_dp"]): c for c in found}
+    dep, tp = by_layout[8, True], by_layout[8, False]
+    assert dep["ep"] == 8 and "attention-dp" in dep["layout"]
+    assert dep["throughput_out_tps"] > tp["throughput_out_tps"]
+    assert not any(c["attention_dp"] for c in plan(spec(), db).configurations)   # Llama-3.1-8B: 8 KV heads
+
+
 def test_doubling_the_winners_price_changes_the_winner(db):
     first = plan(spec(), db).configurations[0]
     prices = dict(CLOUD)

@@ -63,7 +63,13 @@ def candidate_formats(spec: PlanSpec) -> list[str]:
 
 
 def layouts_for(model, counts, per_node) -> list[Layout]:
-    """For each device count, the widest tensor parallelism within a node the model allows; the rest replicas."""
+    """For each device count, the widest tensor parallelism within a node the model allows; the rest replicas.
+
+    Where that tensor parallelism copies the KV cache onto its ranks (an MLA latent, or fewer KV heads than
+    ranks), the same devices with attention data-parallel are a candidate too, experts split by expert
+    parallelism when they divide (the layout engines recommend for DeepSeek; docs/formulas.md §8): it holds
+    more sequences, while plain TP splits the attention weights and is faster for few.
+    """
     out = []
     for n in counts:
         for tp in sorted((t for t in range(1, min(n, per_node) + 1) if n % t == 0), reverse=True):
@@ -73,8 +79,17 @@ def layouts_for(model, counts, per_node) -> list[Layout]:
             except ConfigurationError:
                 continue
             out.append(layout)
+            if tp > 1 and _tp_copies_kv(model, tp):
+                moe = model.shape.moe
+                ep = tp if moe is not None and moe.num_experts % tp == 0 else 1
+                out.append(layout.model_copy(update={"attention_dp": True, "ep": ep}))
             break
     return out
+
+
+def _tp_copies_kv(model, tp: int) -> bool:
+    """Whether tp tensor-parallel ranks hold copies of the KV cache: an MLA latent, or fewer KV heads than ranks."""
+    return model.shape.mla is not None or model.shape.num_kv_heads < tp
 
 
 def device_counts(max_devices: int) -> list[int]:
@@ -218,8 +233,8 @@ def _judge(spec: PlanSpec, model, variants: tuple[dict, ...], db, prices) -> dic
             reasons.append(f"over budget: {spend:,.0f} USD > {budget:,.0f}")
             miss += spend / budget - 1
     return {
-        "model": model.name, "hardware": hw.name, "count": count, "tp": tp, "format": first["weight_format"],
-        "layout": first["layout"], "batch": float(np.mean([v.get("steady_batch", 1) for v in variants])),
+        "model": model.name, "hardware": hw.name, "count": count, "tp": tp, "ep": layout.ep,
+        "attention_dp": layout.attention_dp, "format": first["weight_format"], "layout": first["layout"], "batch": float(np.mean([v.get("steady_batch", 1) for v in variants])),
         "ttft_s": ttft, "decode_tps_per_seq": tps, "throughput_out_tps": throughput,
         "cost_per_hour_usd": hourly, "cost_per_million_tokens_usd": cost_per_million,
         "tokens_per_s_per_usd_per_hour": throughput / hourly if hourly else None,

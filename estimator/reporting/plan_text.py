@@ -31,11 +31,24 @@ def _usd(value: float) -> str:
     return f"{value:.3f}" if math.isfinite(value) else NOT_AVAILABLE
 
 
+def tp_cell(c: dict) -> str:
+    """A candidate's tensor-parallel degree for a table, marked when attention runs data-parallel."""
+    return f"{c['tp']} attn-DP" if c["attention_dp"] else str(c["tp"])
+
+
+def tensor_parallel_text(c: dict) -> str:
+    """A candidate's layout in words."""
+    if not c["attention_dp"]:
+        return f"tensor parallel {c['tp']}"
+    experts = f", experts over {c['ep']}" if c["ep"] > 1 else ""
+    return f"tensor parallel {c['tp']} with attention data-parallel{experts}"
+
+
 def format_plan(result: PlanResult, top: int = 15) -> str:
     lines = [f"Plan: {describe_targets(result.spec)}", ""]
     if result.configurations:
         level = result.spec.targets.latency_percentile   # its latencies beside the means
-        rows = [(c["hardware"], c["count"], c["tp"], c["format"], f"{c['batch']:.0f}", seconds(c["ttft_s"]),
+        rows = [(c["hardware"], c["count"], tp_cell(c), c["format"], f"{c['batch']:.0f}", seconds(c["ttft_s"]),
                  rate(c["decode_tps_per_seq"]),
                  *((seconds(c[f"ttft_{level}_s"]), seconds(c[f"itl_{level}_s"])) if level else ()),
                  rate(c["throughput_out_tps"]), _usd(c["cost_per_million_tokens_usd"]), "*" if c.get("pareto") else "")
@@ -49,7 +62,8 @@ def format_plan(result: PlanResult, top: int = 15) -> str:
         lines.append("No configuration meets the targets.")
         if result.closest_miss:
             c = result.closest_miss
-            lines.append(f"  closest miss: {c['count']} x {c['hardware']} ({c['format']}, tp {c['tp']}): {c['reason']}")
+            lines.append(f"  closest miss: {c['count']} x {c['hardware']} ({c['format']}, {tensor_parallel_text(c)}): "
+                         f"{c['reason']}")
     reasons = Counter(r["reason"].split(":")[0] for r in result.rejected)
     lines += ["", "Rejected: " + (", ".join(f"{n} {why}" for why, n in reasons.most_common()) or "none")]
     if result.prices:

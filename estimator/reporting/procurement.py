@@ -21,7 +21,7 @@ from estimator.evaluation.api import estimate
 from estimator.formatting import rate, seconds
 from estimator.planning.search import PlanResult, judged_latencies, missed_targets, plan, targeted_latencies
 from estimator.planning.spec import PlanSpec
-from estimator.reporting.plan_text import describe_targets
+from estimator.reporting.plan_text import describe_targets, tensor_parallel_text, tp_cell
 from estimator.specs.database import Database, load_database
 
 SHORTLIST_HEADER = ("hardware", "format", "devices", "tp", "TTFT", "tok/s per user", "tok/s all", "$ per 1M tokens",
@@ -39,7 +39,8 @@ def _png(fig) -> str:
 
 def _estimate(spec: PlanSpec, c: dict, db: Database, **changes):
     request = spec.workload.requests[0]
-    kwargs = dict(n_gpus=c["count"], tp=c["tp"], weight_format=c["format"], prompt_tokens=request.prompt,
+    kwargs = dict(n_gpus=c["count"], tp=c["tp"], ep=c["ep"], attention_dp=c["attention_dp"],
+                  weight_format=c["format"], prompt_tokens=request.prompt,
                   output_tokens=request.output, concurrency=spec.workload.concurrency, rate=spec.workload.rate,
                   engine=spec.engine, calibration=None, db=db)
     kwargs.update(changes)
@@ -47,7 +48,7 @@ def _estimate(spec: PlanSpec, c: dict, db: Database, **changes):
 
 
 def _headline(c: dict) -> str:
-    return (f"{c['count']} x {c['hardware']}, {c['format']} weights (tensor parallel {c['tp']}): "
+    return (f"{c['count']} x {c['hardware']}, {c['format']} weights ({tensor_parallel_text(c)}): "
             f"{c['cost_per_million_tokens_usd']:.3f} USD per million output tokens")
 
 
@@ -113,7 +114,7 @@ def _percentile_figure(spec: PlanSpec, best: dict, db: Database, plt, plots) -> 
     fig.tight_layout()
     level = t.latency_percentile
     caption = (f"TTFT and inter-token latency at the 50th, 90th and 99th percentiles of the queueing model for "
-               f"{best['count']} x {best['hardware']} ({best['format']}, tp {best['tp']}) as the load grows to "
+               f"{best['count']} x {best['hardware']} ({best['format']}, {tensor_parallel_text(best)}) as the load grows to "
                f"saturation; loads without a steady state are left out. Dashed red: the target (ITL: 1 / tokens/s "
                f"per user), judged on {f'the {level} latencies' if level else 'the means'}; dotted: the planned load.")
     figure = {"png": _png(fig), "caption": caption, "data": data}
@@ -249,7 +250,7 @@ def _shortlist(spec: PlanSpec, result: PlanResult) -> tuple[tuple, list[tuple]]:
     """The shortlist's header and rows; with a latency percentile, its TTFT and ITL beside the means."""
     level = spec.targets.latency_percentile
     extra = (f"TTFT {level}", f"ITL {level}") if level else ()
-    rows = [(c["hardware"], c["format"], c["count"], c["tp"], seconds(c["ttft_s"]), rate(c["decode_tps_per_seq"]),
+    rows = [(c["hardware"], c["format"], c["count"], tp_cell(c), seconds(c["ttft_s"]), rate(c["decode_tps_per_seq"]),
              *((seconds(c[f"ttft_{level}_s"]), seconds(c[f"itl_{level}_s"])) if level else ()),
              rate(c["throughput_out_tps"]), f"{c['cost_per_million_tokens_usd']:.3f}",
              f"{c['tokens_per_joule']:.2f}" if c.get("tokens_per_joule") else "-")
