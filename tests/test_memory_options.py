@@ -31,6 +31,7 @@ EXPECTED_OPTIONS = {
     "Apple M1 Ultra (48-core GPU)": (64, 128),
     "Apple M1 Ultra (64-core GPU)": (64, 128),
     "Apple M1 (8-core GPU)": (8, 16),
+    "Apple M2 (8-core GPU)": (8, 16, 24),
     "Apple M2 (10-core GPU)": (8, 16, 24),
     "Apple M2 Max (30-core GPU)": (32, 64),
     "Apple M2 Max (38-core GPU)": (32, 64, 96),
@@ -41,13 +42,16 @@ EXPECTED_OPTIONS = {
     "Apple M3 (10-core GPU)": (8, 16, 24),
     "Apple M3 Max (30-core GPU)": (36, 96),
     "Apple M3 Max (40-core GPU)": (48, 64, 128),
+    "Apple M3 Pro (14-core GPU)": (18, 36),
     "Apple M3 Pro (18-core GPU)": (18, 36),
     "Apple M3 Ultra (60-core GPU)": (96, 256),
+    "Apple M3 Ultra (80-core GPU)": (96, 256, 512),
     "Apple M4 (10-core GPU)": (8, 16, 24, 32),
     "Apple M4 Max (40-core GPU)": (48, 64, 128),
     "Apple M4 Pro (16-core GPU)": (24, 48, 64),
     "Apple M4 Pro (20-core GPU)": (24, 48, 64),
     "Apple M5 (10-core GPU)": (16, 24, 32),
+    "Apple M5 Max (40-core GPU)": (48, 64, 128),
 }
 SOURCE = "https://example.com/spec-sheet"
 
