@@ -243,3 +243,13 @@ def test_load_options(capsys):
     code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--rate", "1",
                        "--concurrency", "2")
     assert code == 2 and "not allowed with argument" in err
+
+
+def test_a_step_compute_bound_below_the_ridge_says_why(capsys):
+    """gpt-oss-20b at batch 128 under llama.cpp: its expert GEMMs, padded to their tiles, outweigh the weight
+    stream although the step's real FLOPs per byte are below the ridge; the text says so instead of leaving
+    'compute-bound' beside an intensity under the ridge unexplained."""
+    code, out, _ = cli(capsys, "estimate", "--model", "gpt-oss-20b", "--gpu", "rtx 4090", "--engine", "llama.cpp",
+                       "--format", "mxfp4-moe", "--batch", "128", "--prompt", "256", "--output", "64")
+    line = next(x for x in out.splitlines() if x.strip().startswith("decode:"))
+    assert code == 0 and "compute-bound" in line and "< ridge point" in line and "padded to their row tiles" in line

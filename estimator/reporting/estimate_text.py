@@ -56,6 +56,13 @@ def _bound_line(e: Estimate, phase: str) -> str:
     else:
         side = ">" if intensity > ridge else "<"
         why = f"intensity {intensity:,.1f} FLOP/byte {side} ridge point {ridge:,.0f} FLOP/byte"
+        if bound == "compute" and intensity <= ridge:   # the time counts work the intensity's FLOPs do not
+            why += (" (compute-bound below the ridge: its MoE expert GEMMs run over few tokens each, padded to "
+                    "their row tiles, docs/formulas.md §9)" if e.model.shape.moe is not None else
+                    " (compute-bound below the ridge: the engine reaches a smaller share of the dense peak than of "
+                    "the bandwidth)")
+        elif bound == "memory" and intensity > ridge:
+            why += " (memory-bound above the ridge: attention's KV-cache reads outweigh the compute-bound matmuls)"
     line = f"{phase}: {bound}-bound, {why}"
     if phase == "decode" and bound == "memory":
         line += f"; its matmuls turn compute-bound near batch {r['critical_batch']:,.0f}"

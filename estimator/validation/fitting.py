@@ -26,7 +26,7 @@ unrelated efficiencies where one group has few rows. The error quoted is leave-o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -149,8 +149,7 @@ class Problem:
         idx = np.flatnonzero(mask)
         r = self.resolved
         pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
-        return Problem(Resolved(pick(r.positions), pick(r.configs), pick(r.engines), pick(r.serving),
-                                pick(r.saturate), pick(r.batch_caps), pick(r.metrics), pick(r.columns)),
+        return Problem(Resolved(**{f.name: pick(getattr(r, f.name)) for f in fields(Resolved) if f.name != "cache"}),
                        self.measured[idx], self.sources[idx], self.engines[idx], pick(self.rows), self.fits[idx],
                        self.limit[idx])
 

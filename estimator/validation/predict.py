@@ -46,6 +46,7 @@ from estimator.errors import (
 from estimator.evaluation.api import resolve_model
 from estimator.evaluation.configurations import Configuration, ConfigurationColumns
 from estimator.evaluation.intervals import TIME_METRICS, default_backend, measurement_band, measurement_regime
+from estimator.serving.continuous_batching import with_slot_wait
 from estimator.serving.workload import Layout, ServingOptions, check_layout, scale_up_domain
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import kv_format, weight_format
@@ -238,6 +239,7 @@ class Resolved:
     serving: list[ServingOptions] = field(default_factory=list)  # attention, cached context, offload, load
     saturate: list[bool] = field(default_factory=list)          # offline: the largest batch that fits
     batch_caps: list[float] = field(default_factory=list)       # the engine's max_num_seqs (inf: none)
+    requests_at_once: list[float] = field(default_factory=list)  # an all-at-once run's requests (0: none)
     metrics: list[str] = field(default_factory=list)
     columns: list[tuple[str, float]] = field(default_factory=list)  # result column and factor per row
     cache: dict = field(default_factory=dict, repr=False, compare=False)  # prepared columns, per group
@@ -280,9 +282,9 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             resolved.engines.append(profile.name)
             resolved.serving.append(serving)
             resolved.saturate.append(not _cell(row, "batch") and not serving.under_load)
-            if not serving.under_load and _cell(row, "num_requests"):   # an all-at-once run of that many requests
-                cap = min(cap, _int(row, "num_requests", minimum=1))
-            resolved.batch_caps.append(cap)
+            at_once = _int(row, "num_requests", 0) if not serving.under_load else 0   # requests sent at once
+            resolved.batch_caps.append(min(cap, at_once or math.inf))
+            resolved.requests_at_once.append(float(at_once))
             resolved.metrics.append(result["metric"])
             resolved.columns.append(result_column(result["metric"], _cell(row, "statistic"), serving.under_load))
         out.append(result)
@@ -320,7 +322,9 @@ def _evaluated_groups(resolved: Resolved, parameters, physical_limit: bool):
         profile = engine(name)
         params = PHYSICAL_LIMIT if physical_limit else \
             (parameters or {}).get(name, profile.parameters)
-        yield idx, prepared.results(serving, params, batch), batch
+        columns = prepared.results(serving, params, batch)
+        at_once = np.array([resolved.requests_at_once[i] for i in idx])
+        yield idx, (with_slot_wait(columns, at_once, batch) if np.any(at_once > batch) else columns), batch
 
 
 def _prepared_groups(resolved: Resolved, physical_limit: bool) -> dict:
