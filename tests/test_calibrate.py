@@ -148,7 +148,8 @@ def test_a_profile_without_the_curve_streams_at_the_read_plateau(steady_profile)
     bare = steady_profile.model_copy(
         update={"summary": steady_profile.summary.model_copy(update={"weight_stream_bytes_per_s": {}})})
     e = estimate("qwen2.5-0.5b", "local", weight_format="f32", calibration=bare, output_tokens=16)
-    streaming = e.decode_bytes_weights / (bare.summary.read_bandwidth_bytes_per_s * GENERIC_ENGINE.bandwidth_eff["native"])
+    plateau = bare.summary.read_bandwidth_bytes_per_s
+    streaming = e.decode_bytes_weights / (plateau * GENERIC_ENGINE.bandwidth_eff["native"])
     assert e.decode_linear_s == pytest.approx(streaming, rel=0.05)
 
 

@@ -234,7 +234,8 @@ def _judge(spec: PlanSpec, model, variants: tuple[dict, ...], db, prices) -> dic
             miss += spend / budget - 1
     return {
         "model": model.name, "hardware": hw.name, "count": count, "tp": tp, "ep": layout.ep,
-        "attention_dp": layout.attention_dp, "format": first["weight_format"], "layout": first["layout"], "batch": float(np.mean([v.get("steady_batch", 1) for v in variants])),
+        "attention_dp": layout.attention_dp, "format": first["weight_format"], "layout": first["layout"],
+        "batch": float(np.mean([v.get("steady_batch", 1) for v in variants])),
         "ttft_s": ttft, "decode_tps_per_seq": tps, "throughput_out_tps": throughput,
         "cost_per_hour_usd": hourly, "cost_per_million_tokens_usd": cost_per_million,
         "tokens_per_s_per_usd_per_hour": throughput / hourly if hourly else None,

@@ -112,7 +112,8 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
           f"--memory-gib {'|'.join(f'{s:g}' for s in hw.memory_options_gib)})"] if hw.memory.options else [])
     memory = [
         ("weights", gigabytes(r["memory_weights_bytes"])),
-        (f"KV cache ({batch:,.4g} x {e.prompt_tokens + e.output_tokens:,.0f} tokens)", gigabytes(r["memory_kv_cache_bytes"])),
+        (f"KV cache ({batch:,.4g} x {e.prompt_tokens + e.output_tokens:,.0f} tokens)",
+         gigabytes(r["memory_kv_cache_bytes"])),
         ("activation workspace", gigabytes(r["memory_activation_bytes"])),
         ("runtime reserve", gigabytes(r["memory_reserve_bytes"])),
         ("required", gigabytes(r["memory_required_bytes"])),

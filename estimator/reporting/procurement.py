@@ -114,7 +114,8 @@ def _percentile_figure(spec: PlanSpec, best: dict, db: Database, plt, plots) -> 
     fig.tight_layout()
     level = t.latency_percentile
     caption = (f"TTFT and inter-token latency at the 50th, 90th and 99th percentiles of the queueing model for "
-               f"{best['count']} x {best['hardware']} ({best['format']}, {tensor_parallel_text(best)}) as the load grows to "
+               f"{best['count']} x {best['hardware']} ({best['format']}, {tensor_parallel_text(best)}) "
+               "as the load grows to "
                f"saturation; loads without a steady state are left out. Dashed red: the target (ITL: 1 / tokens/s "
                f"per user), judged on {f'the {level} latencies' if level else 'the means'}; dotted: the planned load.")
     figure = {"png": _png(fig), "caption": caption, "data": data}
