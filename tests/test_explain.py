@@ -42,3 +42,17 @@ def test_offload_is_explained(capsys):
                  "--offload", "auto"]) == 0
     out = capsys.readouterr().out
     assert "live in host memory" in out and "offload-bound" in out
+
+
+def test_attention_dp_is_offered_where_tensor_parallelism_copies_the_kv_cache(db):
+    """DeepSeek-V3 at 1,500 sequences on 8 x H200 does not fit under TP (its latent on all 8 ranks); attention
+    DP over the same ranks makes it run. Llama-3.1-70B's 8 KV heads split over 8 ranks: nothing to offer."""
+    kwargs = dict(model="deepseek-v3", gpu="h200", n_gpus=8, weight_format="fp8", batch=1500, prompt_tokens=1000,
+                  output_tokens=1000)
+    changes = json.loads(explain(kwargs, db=db, as_json=True))["changes"]
+    dep = next(c for c in changes if c["change"].startswith("attention data-parallel"))
+    assert not estimate(**kwargs, db=db).fits
+    assert dep["decode_tps_per_seq"] == pytest.approx(
+        estimate(**kwargs, attention_dp=True, ep=8, db=db).decode_tps_per_seq)
+    dense = json.loads(explain(dict(model="llama-3.1-70b", gpu="h100", n_gpus=8), db=db, as_json=True))["changes"]
+    assert not any(c["change"].startswith("attention data-parallel") for c in dense)

@@ -34,6 +34,12 @@ def candidate_changes(e: Estimate, kwargs: dict) -> list[tuple[str, dict]]:
     if e.model.shape.num_attention_heads % tp == 0 and e.serving.gpu_layers is None:
         out.append((f"{e.layout.devices * 2} devices with tensor parallelism {tp}",
                     {"n_gpus": e.layout.devices * 2, "tp": tp}))
+    sh = e.model.shape
+    if e.layout.tp > 1 and not e.layout.attention_dp and (sh.mla is not None or sh.num_kv_heads < e.layout.tp):
+        # tensor parallelism copies this model's KV cache onto its ranks (docs/formulas.md §8)
+        ep = e.layout.tp if sh.moe is not None and sh.moe.num_experts % e.layout.tp == 0 else e.layout.ep
+        out.append((f"attention data-parallel over the same {e.layout.tp} ranks (no KV copies"
+                    f"{f', experts over {ep}' if ep > 1 else ''})", {"attention_dp": True, "ep": ep}))
     if not e.serving.draft_tokens:
         out.append(("speculative decoding (EAGLE-style heads, 4 drafts, assumed acceptance 0.7)", SPECULATION))
     if e.serving.attention == "unfused":
