@@ -9,7 +9,7 @@ import pytest
 
 from estimator.cli import main
 from estimator.evaluation.api import estimate
-from estimator.reporting.measured import LIMIT, measured_rows
+from estimator.reporting.measured import LIMIT, format_measured, measured_rows
 from estimator.reporting.verify import commands_for, inputs_of, verify_commands
 
 LLAMA3 = "meta-llama/Meta-Llama-3-8B"
@@ -44,7 +44,8 @@ def test_measured_rows_have_a_ratio_only_where_the_settings_match():
     assert pp512["ratio_to_prediction"] == pytest.approx(7138.99 / e.results["prefill_tps"])
     assert pp512["engine"] == "llama.cpp" and pp512["source"] == "xiongjiedai-gpu-bench" and pp512["date"] == "2024-05"
     assert pp512["settings"] == {"batch": 1, "concurrency": None, "request_rate": None, "input_len": 512,
-                                 "output_len": 0, "n_gpus": 1, "context_depth": 0}
+                                 "output_len": 0, "n_gpus": 1, "context_depth": 0,
+                                 "attention_dp": False}
     # tg512 against an output of 128, pp8192 against a prompt of 512, F16 against Q4_K_M: no ratio
     for other in ("xd-4090-24gb-l3-8b-q4-k-m-tg512", "xd-4090-24gb-l3-8b-q4-k-m-pp8192", "xd-4090-24gb-l3-8b-f16-pp512"):
         assert rows[other]["ratio_to_prediction"] is None
@@ -180,3 +181,18 @@ def test_cli_explain_has_both(capsys):
     assert code == 0 and {"estimate", "changes", "measured", "verify_command"} <= data.keys()
     code, out = _cli(capsys, "explain", *ESTIMATE)
     assert code == 0 and "Measured (measurements_db" in out and "Verify it yourself" in out
+
+
+def test_a_measurement_is_compared_only_under_its_own_layout():
+    """TensorRT-LLM's DeepSeek-R1 best-practice run on 8 x H200 used attention DP: an estimate of the same load
+    with attention DP gets its ratio, one under plain TP lists it without (a different configuration)."""
+    kwargs = dict(n_gpus=8, ep=8, weight_format="fp8", concurrency=1024, prompt_tokens=1024, output_tokens=2048,
+                  engine="TensorRT-LLM")
+
+    def best_practice(e):
+        return [r for r in measured_rows(e, limit=500) if r["id"] == "trtdsr1bp-h200-fp8-c1024-throughput"][0]
+    dep = best_practice(estimate("deepseek-v3", "h200", attention_dp=True, **kwargs))
+    tp = best_practice(estimate("deepseek-v3", "h200", **kwargs))
+    assert dep["settings"]["attention_dp"] and dep["ratio_to_prediction"] is not None
+    assert tp["ratio_to_prediction"] is None
+    assert "attention DP" in format_measured([dep])

@@ -93,7 +93,8 @@ def settings(row: dict) -> dict:
     return {"batch": batch, "concurrency": _int(row.get("concurrency")),
             "request_rate": _float(row.get("request_rate")), "input_len": _int(row.get("input_len")),
             "output_len": _int(row.get("output_len")), "n_gpus": _int(row.get("n_gpus")),
-            "context_depth": _int(row.get("context_depth")) or 0}
+            "context_depth": _int(row.get("context_depth")) or 0,
+            "attention_dp": (row.get("attention_dp") or "").strip().lower() in ("1", "true", "yes")}
 
 
 def same_load(e: Estimate, s: dict) -> bool:
@@ -130,6 +131,7 @@ def predicted(e: Estimate, metric: str) -> float | None:
 
 def _comparable(e: Estimate, row: dict, fmt: str | None, s: dict) -> bool:
     return (fmt == e.weight_format.name and s["n_gpus"] == e.layout.devices and s["context_depth"] == 0
+            and s["attention_dp"] == e.layout.attention_dp
             and _int(row.get("gpu_layers")) == e.serving.gpu_layers
             and row.get("attention") in ("", None, e.serving.attention)
             and same_load(e, s) and same_lengths(e, row, s))
@@ -162,7 +164,8 @@ def _settings_text(s: dict) -> str:
             f"{s['request_rate']:g} req/s" if s["request_rate"] else
             f"batch {s['batch']}" if s["batch"] is not None else "engine-chosen batch")
     depth = f", depth {s['context_depth']}" if s["context_depth"] else ""
-    return f"{load}, in {s['input_len']}, out {s['output_len']}{depth}, {s['n_gpus']} dev"
+    layout = ", attention DP" if s["attention_dp"] else ""
+    return f"{load}, in {s['input_len']}, out {s['output_len']}{depth}, {s['n_gpus']} dev{layout}"
 
 
 def format_measured(rows: list[dict]) -> str:
