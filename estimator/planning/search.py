@@ -11,7 +11,7 @@ from estimator.evaluation.api import sweep
 from estimator.evaluation.intervals import low_ratios
 from estimator.planning.cost import HOURS_PER_YEAR, hourly_cost, purchase_price
 from estimator.planning.spec import DEFAULT_FORMATS, FP4_FORMATS, PlanSpec
-from estimator.serving.workload import Layout, ServingOptions, check_layout
+from estimator.serving.workload import Layout, ServingOptions, check_layout, tp_copies_kv, with_attention_dp
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import weight_format
 from estimator.specs.hardware import DeviceClass, Hardware
@@ -66,9 +66,8 @@ def layouts_for(model, counts, per_node) -> list[Layout]:
     """For each device count, the widest tensor parallelism within a node the model allows; the rest replicas.
 
     Where that tensor parallelism copies the KV cache onto its ranks (an MLA latent, or fewer KV heads than
-    ranks), the same devices with attention data-parallel are a candidate too, experts split by expert
-    parallelism when they divide (the layout engines recommend for DeepSeek; docs/formulas.md §8): it holds
-    more sequences, while plain TP splits the attention weights and is faster for few.
+    ranks), the same devices with attention data-parallel are a candidate too (:func:`with_attention_dp`): it
+    holds more sequences, while plain TP splits the attention weights and is faster for few.
     """
     out = []
     for n in counts:
@@ -79,17 +78,11 @@ def layouts_for(model, counts, per_node) -> list[Layout]:
             except ConfigurationError:
                 continue
             out.append(layout)
-            if tp > 1 and _tp_copies_kv(model, tp):
-                moe = model.shape.moe
-                ep = tp if moe is not None and moe.num_experts % tp == 0 else 1
-                out.append(layout.model_copy(update={"attention_dp": True, "ep": ep}))
+            if tp > 1 and tp_copies_kv(model, tp):
+                out.append(with_attention_dp(layout, model))
             break
     return out
 
-
-def _tp_copies_kv(model, tp: int) -> bool:
-    """Whether tp tensor-parallel ranks hold copies of the KV cache: an MLA latent, or fewer KV heads than ranks."""
-    return model.shape.mla is not None or model.shape.num_kv_heads < tp
 
 
 def device_counts(max_devices: int) -> list[int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from estimator.errors import RooflineError
 from estimator.evaluation.api import Estimate, estimate
 from estimator.formatting import gigabytes, rate, seconds, to_json
+from estimator.serving.workload import tp_copies_kv, with_attention_dp
 from estimator.specs.database import Database, load_database
 from estimator.units import GB, TB, TFLOPS
 
@@ -34,10 +35,8 @@ def candidate_changes(e: Estimate, kwargs: dict) -> list[tuple[str, dict]]:
     if e.model.shape.num_attention_heads % tp == 0 and e.serving.gpu_layers is None:
         out.append((f"{e.layout.devices * 2} devices with tensor parallelism {tp}",
                     {"n_gpus": e.layout.devices * 2, "tp": tp}))
-    sh = e.model.shape
-    if e.layout.tp > 1 and not e.layout.attention_dp and (sh.mla is not None or sh.num_kv_heads < e.layout.tp):
-        # tensor parallelism copies this model's KV cache onto its ranks (docs/formulas.md §8)
-        ep = e.layout.tp if sh.moe is not None and sh.moe.num_experts % e.layout.tp == 0 else e.layout.ep
+    if e.layout.tp > 1 and not e.layout.attention_dp and tp_copies_kv(e.model, e.layout.tp):
+        ep = with_attention_dp(e.layout, e.model).ep
         out.append((f"attention data-parallel over the same {e.layout.tp} ranks (no KV copies"
                     f"{f', experts over {ep}' if ep > 1 else ''})", {"attention_dp": True, "ep": ep}))
     if not e.serving.draft_tokens:

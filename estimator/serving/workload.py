@@ -121,6 +121,19 @@ def _splits_heads(model: ModelSpec, tp: int) -> bool:
     return sh.num_attention_heads % tp == 0 and (sh.num_kv_heads % tp == 0 or tp % sh.num_kv_heads == 0)
 
 
+def tp_copies_kv(model: ModelSpec, tp: int) -> bool:
+    """Whether tp tensor-parallel ranks hold copies of the KV cache: an MLA latent, or fewer KV heads than ranks."""
+    return model.shape.mla is not None or model.shape.num_kv_heads < tp
+
+
+def with_attention_dp(layout: Layout, model: ModelSpec) -> Layout:
+    """The same devices with attention data-parallel over the tp ranks, routed experts over them by expert
+    parallelism when they divide (the layout engines recommend for DeepSeek; docs/formulas.md §8)."""
+    moe = model.shape.moe
+    ep = layout.tp if moe is not None and moe.num_experts % layout.tp == 0 else layout.ep
+    return layout.model_copy(update={"attention_dp": True, "ep": ep})
+
+
 def check_layout(model: ModelSpec, layout: Layout) -> None:
     """Reject layouts the model cannot be split into, saying what would work."""
     sh = model.shape
