@@ -140,10 +140,9 @@ class Problem:
         server, whose throughput is also set by its queue and by the drain of its longest requests
         (docs/formulas.md §13), not by the engine's kernels alone."""
         r = self.resolved
-        return np.array([measurement_regime(m, c.batch, sat, s.under_load) == "serving"
-                         or (sat and bool((row.get("num_requests") or "").strip()))
-                         for m, c, sat, s, row in zip(r.metrics, r.configs, r.saturate, r.serving, self.rows)],
-                        dtype=bool)
+        return np.array([measurement_regime(m, c.batch, sat, s.under_load) == "serving" or (sat and at_once > 0)
+                         for m, c, sat, s, at_once in zip(r.metrics, r.configs, r.saturate, r.serving,
+                                                          r.requests_at_once)], dtype=bool)
 
     def subset(self, mask: np.ndarray) -> "Problem":
         idx = np.flatnonzero(mask)
