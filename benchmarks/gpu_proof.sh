@@ -16,16 +16,36 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   || { echo "gpu_proof: installing the wheels in .whl/ failed; run benchmarks/gpu_proof_wheels.sh first"; exit 2; }
 { nvidia-smi; nvidia-smi -q -d CLOCK,POWER; python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; } \
   > "$OUT/machine.txt" 2>&1
-roofline() { python3 -m estimator.cli "$@"; }
+roofline=(python3 -m estimator.cli)   # an array, not a function: timeout runs programs
 
-timeout 150 roofline calibrate --device cuda --quick --out "$OUT/profile.yaml" --force 2>&1 | tee "$OUT/calibrate.log"
-[ -s "$OUT/profile.yaml" ] || { echo "gpu_proof: calibration wrote no profile"; exit 1; }
+# DEVICE, MODELS, BATCHES and PROMPT may be overridden for a dry run of the script itself
+# (DEVICE=cpu MODELS=Qwen/Qwen2.5-0.5B BATCHES=1 PROMPT=16);
+# MODE=full takes the full calibration plan (about a minute on an H200) instead of the quick one.
+DEVICE=${DEVICE:-cuda}
+MODELS=${MODELS:-meta-llama/Llama-3.1-8B Qwen/Qwen3-30B-A3B}
+MODE=${MODE:-quick}
+BATCHES=${BATCHES:-1 8 64}
+PROMPT=${PROMPT:-512}
+OUTPUT=${OUTPUT:-32}
+PROFILE=${PROFILE:-}   # a profile to validate with instead of calibrating again
+SECONDS=0
+if [ "$DEVICE" = cuda ]; then   # clocks and power once a second while everything runs
+  nvidia-smi dmon -s pc -d 1 > "$OUT/dmon.txt" 2>&1 &
+  trap 'kill %1 2>/dev/null' EXIT
+fi
+if [ -z "$PROFILE" ]; then
+  PROFILE="$OUT/profile.yaml"
+  timeout 150 "${roofline[@]}" calibrate --device "$DEVICE" --"$MODE" --out "$PROFILE" --force 2>&1 \
+    | tee "$OUT/calibrate.log"
+  [ -s "$PROFILE" ] || { echo "gpu_proof: calibration wrote no profile"; exit 1; }
+  echo "calibrated in ${SECONDS} s"
+fi
 
-for model in meta-llama/Llama-3.1-8B Qwen/Qwen3-30B-A3B; do
+for model in $MODELS; do
   name=$(basename "$model")
-  timeout 120 roofline validate --local --device cuda --model "$model" --batch 1 --batch 8 --batch 64 \
-    --prompt 512 --output 32 --calibration "$OUT/profile.yaml" --json > "$OUT/validate-$name.json" \
+  timeout 120 "${roofline[@]}" validate --local --device "$DEVICE" --model "$model" $(printf -- '--batch %s ' $BATCHES) \
+    --prompt "$PROMPT" --output "$OUTPUT" --calibration "$PROFILE" --json > "$OUT/validate-$name.json" \
     2> "$OUT/validate-$name.log"
-  echo "validate $name: exit $?"
+  echo "validate $name: exit $? after ${SECONDS} s"; tail -3 "$OUT/validate-$name.log"
 done
 ls -l "$OUT"

@@ -74,8 +74,15 @@ def _operands(torch, device, dtype, m, n, k):
             torch.randn(n, k, device=device, dtype=_dtype(torch, dtype)))
 
 
+# torch._int_mm takes only more than 16 rows (seen on an H200 with torch 2.11: "self.size(0) needs to be
+# greater than 16"); fewer rows would time a padded product, so they are skipped and said so
+INT8_MIN_ROWS = 17
+
+
 def matmul(torch, device, dtype, m, n, k, *, llc_bytes, budget_bytes, reps=10) -> dict:
     """y = x · Wᵀ with x [m, k] and W [n, k]: skinny (decode) or square (prefill) shapes."""
+    if dtype == "int8" and m < INT8_MIN_ROWS:
+        raise Skipped(f"torch._int_mm takes more than 16 rows, not {m}")
     weight_bytes = n * k * ELEMENT_BYTES[dtype]
     copies = _rotation(weight_bytes, llc_bytes, budget_bytes)
     pairs = [_operands(torch, device, dtype, m, n, k) for _ in range(copies)]
@@ -136,6 +143,38 @@ def sync_overhead(torch, device, reps=20) -> dict:
     """torch.cuda.synchronize() on an idle device."""
     t = measure(torch, device, lambda i: torch.cuda.synchronize(), reps=reps, inner=50)
     return {**t.as_dict(), "per_sync_s": t.median_s}
+
+
+# The reference decoder at tiny shapes: a step's device work is a few microseconds, so its time is the host's.
+TINY_DECODER = {"hidden_size": 64, "num_attention_heads": 4, "num_kv_heads": 2, "head_dim": 16,
+                "intermediate_size": 128, "vocab_size": 256, "tie_word_embeddings": False, "max_context": 256}
+TINY_EXPERTS = 8
+EAGER_DEPTHS = (2, 10)
+
+
+def eager_host(torch, device, dtype, reps=10) -> dict:
+    """Host time of an eager decode step per layer, and per routed expert a MoE layer runs.
+
+    The reference decoder (calibrate/decoder.py) decodes one token at tiny shapes, at two depths, dense and
+    as a MoE with all 8 of 8 experts routed; the slope over depth is the time per layer, and the MoE layer's
+    excess over the dense one, over its 8 experts, the time per expert (router and all)."""
+    from calibrate.decoder import build_decoder
+    from estimator.specs.model import MoE, Shape
+
+    def step_s(moe, layers):
+        forward, new_cache = build_decoder(torch, Shape(**TINY_DECODER, num_layers=layers, moe=moe), device,
+                                           _dtype(torch, dtype))
+        cache, token = new_cache(1, 64), torch.zeros(1, 1, dtype=torch.long, device=device)
+        with torch.inference_mode():
+            return measure(torch, device, lambda i: forward(token, cache, 32), reps=reps).median_s
+
+    moe = MoE(num_experts=TINY_EXPERTS, experts_per_token=TINY_EXPERTS, expert_intermediate_size=32)
+    (dense_lo, dense_hi), (moe_lo, moe_hi) = ([step_s(m, n) for n in EAGER_DEPTHS] for m in (None, moe))
+    layers = EAGER_DEPTHS[1] - EAGER_DEPTHS[0]
+    per_layer, per_moe_layer = (dense_hi - dense_lo) / layers, (moe_hi - moe_lo) / layers
+    return {"dtype": dtype, "depths": list(EAGER_DEPTHS), "dense_step_s": [dense_lo, dense_hi],
+            "moe_step_s": [moe_lo, moe_hi], "per_layer_s": per_layer,
+            "per_expert_s": (per_moe_layer - per_layer) / TINY_EXPERTS}
 
 
 def host_transfer(torch, device, size_bytes, *, pinned: bool, to_device: bool, reps=10) -> dict:

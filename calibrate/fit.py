@@ -59,6 +59,8 @@ def fit_summary(measurements: list[dict], llc_bytes: float, hardware: Hardware |
         "launch_overhead_s": _first(measurements, "launch", "per_op_s"),
         "small_op_chain_s_per_op": _first(measurements, "small_op_chain", "per_op_s"),
         "sync_overhead_s": _first(measurements, "sync", "per_sync_s"),
+        "eager_layer_s": _positive(_first(measurements, "eager_host", "per_layer_s")),
+        "eager_expert_s": _positive(_first(measurements, "eager_host", "per_expert_s")),
         "host_to_device_bytes_per_s": _host(measurements, to_device=True),
         "device_to_host_bytes_per_s": _host(measurements, to_device=False),
     }
@@ -72,6 +74,11 @@ def fit_summary(measurements: list[dict], llc_bytes: float, hardware: Hardware |
 def _first(measurements: list[dict], bench: str, key: str) -> float | None:
     found = _ok(measurements, bench)
     return found[0][key] if found else None
+
+
+def _positive(value: float | None) -> float | None:
+    """A difference of two timings, kept only when the noise left it positive."""
+    return value if value is not None and value > 0 else None
 
 
 def _host(measurements: list[dict], to_device: bool) -> dict[str, float]:

@@ -102,7 +102,8 @@ def _tasks(torch, device: str, plan: Plan, llc: float, budget: float) -> list[tu
     tasks += [("attention", {"seq": s}, lambda s=s: bm.attention(torch, device, attention_dtype, s))
               for s in plan.attention_seqs]
     tasks += [("launch", {}, lambda: bm.launch_overhead(torch, device)),
-              ("small_op_chain", {}, lambda: bm.small_op_chain(torch, device))]
+              ("small_op_chain", {}, lambda: bm.small_op_chain(torch, device)),
+              ("eager_host", {}, lambda: bm.eager_host(torch, device, attention_dtype, reps))]
     if device == "cuda":
         tasks.append(("sync", {}, lambda: bm.sync_overhead(torch, device)))
         tasks += [("host_transfer", {"pinned": p, "to_device": d}, lambda p=p, d=d: bm.host_transfer(

@@ -33,7 +33,8 @@ def format_profile(profile: CalibrationProfile, hardware: Hardware | None) -> st
     if s.attention_flops_per_s:
         rows.append(("fused attention (SDPA)", _rate(s.attention_flops_per_s, "TFLOPS", TFLOPS), "", ""))
     for label, value in (("kernel launch", s.launch_overhead_s), ("small op in a chain", s.small_op_chain_s_per_op),
-                         ("device synchronize", s.sync_overhead_s)):
+                         ("device synchronize", s.sync_overhead_s), ("eager decoder layer (host)", s.eager_layer_s),
+                         ("eager routed expert (host)", s.eager_expert_s)):
         if value:
             rows.append((label, seconds(value), "", ""))
     for direction, rates in (("host -> device", s.host_to_device_bytes_per_s),

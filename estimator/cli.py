@@ -270,10 +270,11 @@ def _explain(args: argparse.Namespace, db) -> str:
 
 def _validate(args: argparse.Namespace, db) -> str:
     if args.local:
+        from calibrate.run import stderr_progress
         from estimator.validation.local import validate_local
         return validate_local(args.device, args.model, quick=args.quick, db=db, as_json=args.json,
                               batches=args.batch, prompts=args.prompt, output_tokens=args.output,
-                              calibration=args.calibration)
+                              calibration=args.calibration, progress=stderr_progress)
     from estimator.validation import published as val
     try:
         result = val.run(db=db)

@@ -27,7 +27,7 @@ def profile():
 def test_profile_round_trips_and_validates(profile, tmp_path):
     path = save_profile(profile, tmp_path / "cpu.yaml")
     again = load_profile(path)
-    assert again == profile and again.schema_version == 1 and again.complete
+    assert again == profile and again.schema_version == 2 and again.complete
     assert again.device.kind == "cpu" and again.software["torch"] == torch.__version__
     with pytest.raises(DatabaseError, match="exists; pass --force"):
         save_profile(profile, path)
@@ -209,3 +209,31 @@ def test_peer_copy_is_skipped_on_one_gpu_and_says_so():
     skipped = profile.model_copy(update={"measurements": [*profile.measurements, {
         "bench": "peer_transfer", "ok": False, "skipped": "one GPU visible (1): no peer to copy to"}]})
     assert "peer_transfer : one GPU visible" in format_profile(skipped, None)
+
+
+def test_int8_products_of_few_rows_are_skipped_and_say_why():
+    """Seen on an H200 (torch 2.11): torch._int_mm takes only more than 16 rows. Nothing is timed or allocated
+    for fewer, so no GPU is needed to check it (torch is never touched)."""
+    with pytest.raises(bm.Skipped, match="more than 16 rows, not 16"):
+        bm.matmul(None, "cuda", "int8", 16, 4096, 4096, llc_bytes=1, budget_bytes=1)
+
+
+def test_the_eager_host_benchmark_times_the_reference_decoder(profile):
+    """Structure only (a busy machine may time anything): two depths, dense and MoE, and the fitted costs
+    in the summary only when the differences came out positive."""
+    eager = next(m for m in profile.measurements if m["bench"] == "eager_host")
+    assert eager["ok"] and eager["depths"] == list(bm.EAGER_DEPTHS)
+    assert all(t > 0 for t in eager["dense_step_s"] + eager["moe_step_s"])
+    for key, value in (("eager_layer_s", eager["per_layer_s"]), ("eager_expert_s", eager["per_expert_s"])):
+        assert getattr(profile.summary, key) == (value if value > 0 else None)
+
+
+def test_the_h200_profile_is_what_the_gpu_run_measured():
+    """The committed profile of the H200 run: its datasheet shares and eager host costs as measured."""
+    from pathlib import Path
+    h200 = load_profile(Path(__file__).parents[1] / "hardware_db/calibrations/nvidia-h200-sxm-141gb-vm.yaml")
+    s = h200.summary
+    assert h200.device.matched_hardware == "NVIDIA H200 SXM 141GB" and h200.mode == "full"
+    assert 0.8 < s.bandwidth_efficiency < 0.9 and 0.7 < s.compute_efficiency["bf16"] < 0.85
+    assert 0.5e-3 < s.eager_layer_s < 0.7e-3 and 0.2e-3 < s.eager_expert_s < 0.4e-3
+    assert any(m.get("skipped", "").startswith("one GPU visible") for m in h200.measurements)

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from estimator.errors import DatabaseError, load_yaml_model
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2   # 2: summary gained eager_layer_s, eager_expert_s (version 1 files still load)
 ENV_DIR = "ROOFLINE_CALIBRATION_DIR"
 
 
@@ -67,6 +67,12 @@ class Summary(BaseModel):
     launch_overhead_s: float | None = Field(default=None, gt=0)
     small_op_chain_s_per_op: float | None = Field(default=None, gt=0)
     sync_overhead_s: float | None = Field(default=None, gt=0)
+    eager_layer_s: float | None = Field(
+        default=None, gt=0, description="host time per layer of an eager decode step (the reference decoder at tiny "
+                                        "shapes: the slope of its step time over depth)")
+    eager_expert_s: float | None = Field(
+        default=None, gt=0, description="host time per routed expert an eager MoE layer runs (the same decoder with "
+                                        "every one of 8 experts routed, over the dense layer)")
     host_to_device_bytes_per_s: dict[str, float] = Field(default_factory=dict)
     device_to_host_bytes_per_s: dict[str, float] = Field(default_factory=dict)
     bandwidth_efficiency: float | None = Field(default=None, gt=0, description="read plateau / datasheet")

@@ -60,6 +60,10 @@ class EngineDefaults(Frozen):
                                           "FP16 accumulation on GeForce cards, whose listed peak is FP32-accumulate")
     per_step_s: float = Field(ge=0, description="scheduler, sampling, launch of a forward pass")
     per_layer_s: float = Field(ge=0, description="kernel launches and synchronisation per layer")
+    per_expert_s: float = Field(
+        default=0.0, ge=0, description="host time per routed expert a MoE layer runs, for an engine that loops over "
+                                       "the experts its tokens chose and waits on the device for each one's rows "
+                                       "(eager transformers); 0 for grouped-GEMM engines")
     per_sequence_s: float = Field(
         default=0.0, ge=0, description="host time per sequence per step (scheduling, sampling, detokenizing), "
                                        "which a step pays on top of per_step_s; it grows the step with the batch")
@@ -75,6 +79,10 @@ class EngineDefaults(Frozen):
         default=False, description="its linear layers are PyTorch's own GEMMs (eager PyTorch): a calibration's "
                                    "measured weight-stream curve is their rate, with no engine factor on top; a "
                                    "property of the engine's kernels, never fitted")
+    eager_host: bool = Field(
+        default=False, description="it launches its ops one at a time from Python (eager PyTorch): on a calibrated "
+                                   "device the profile's measured host time per layer and per routed expert "
+                                   "replaces per_layer_s and per_expert_s; a property of the engine, never fitted")
     basis: str
 
 

@@ -185,6 +185,8 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
             hw_columns["device_bandwidth_eff"][i] = bandwidth_eff
             if compute_eff is not None:
                 hw_columns["device_compute_eff"][i] = compute_eff
+            for key in ("eager_layer_s", "eager_expert_s"):
+                hw_columns[key][i] = getattr(profile.summary, key) or np.nan
     hw = on_axis(hw_columns, 1)
     stream = weight_stream_columns(devices, fmts, calibrations or {}, physical_limit)
     hw.update({k: v.reshape(1, sizes[1], sizes[2], *[1] * (len(sizes) - 3)) for k, v in stream.items()})

@@ -20,6 +20,7 @@ from estimator.evaluation.columns import WEIGHT_STREAM_KEYS
 from estimator.physics import flops as fl
 from estimator.physics import traffic as tr
 from estimator.physics.expert_skew import busiest_rank, distinct_experts
+from estimator.physics.host_time import host_costs, overlaps_device, pass_host_time
 from estimator.physics.kv_tiers import DISK, DISK_READ_BYTES_PER_S, tier_load_time
 from estimator.physics.kvcache import PAGED_BLOCK_TOKENS
 from estimator.physics.memory import kv_cache_bytes_per_sequence, memory_fit
@@ -166,7 +167,8 @@ def _stage(s: _Setup, flops: dict, bytes_: dict, tokens) -> dict:
         flops = _expert_kernels(s, flops, tokens)
     devices = s.tp * s.pp
     rates = _pass_rates(s, tokens)
-    overhead_s = s.m["layers"] / s.pp * s.engine.per_layer_s
+    queued_s, overhead_s = pass_host_time(*host_costs(s.engine, s.hw), s.m, tokens, s.pp, s.ep, s.cpu_layers,
+                                        s.serving["expert_skew"], overlaps_device(s.engine, s.hw))
     communication_s = stage_communication_time(s.m, s.hw, tokens, s.tp, s.pp, s.ep, s.engine.allreduce_latency_s,
                                                s.tp_link, s.attention_dp)
     streamed = np.where(s.serving["offload"] == LAYERS, 0.0, 1.0) * streaming_time(
@@ -180,16 +182,17 @@ def _stage(s: _Setup, flops: dict, bytes_: dict, tokens) -> dict:
         on_device_flops = {**flops, "linear": flops["linear"] - np.where(on_cpu, expert_flops, 0.0)}
         on_device_bytes = {**bytes_, "weights": bytes_["weights"] - np.where(on_cpu, expert_bytes, 0.0)}
         device = pass_time(on_device_flops, on_device_bytes, rates, devices, overhead_s, communication_s,
-                           streamed + experts_s)
-        device["if_fit_s"] = pass_time(flops, bytes_, rates, devices, overhead_s, communication_s)["time_s"]
+                           streamed + experts_s, queued_s)
+        device["if_fit_s"] = pass_time(flops, bytes_, rates, devices, overhead_s, communication_s,
+                                       overlapped_host_s=queued_s)["time_s"]
     else:
-        device = pass_time(flops, bytes_, rates, devices, overhead_s, communication_s, streamed)
+        device = pass_time(flops, bytes_, rates, devices, overhead_s, communication_s, streamed, queued_s)
         device["if_fit_s"] = device["time_s"] - device["offload_s"]   # the same pass with everything on the device
     if s.host_rates is None:
         return device
     # partial offload by layers: the device runs its share of the layers, the host CPU the rest
     g = np.where(s.serving["offload"] == LAYERS, s.device_share, 1.0)
-    host_s = pass_time(flops, bytes_, s.host_rates, 1.0, overhead_s)["time_s"]
+    host_s = pass_time(flops, bytes_, s.host_rates, 1.0, overhead_s + queued_s)["time_s"]   # the CPU computes too
     out = {k: g * device[k] for k in PARTS}
     out["offload_s"] = out["offload_s"] + (1 - g) * host_s
     out["time_s"] = g * device["time_s"] + (1 - g) * host_s

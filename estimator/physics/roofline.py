@@ -22,7 +22,7 @@ BOUND_NAMES = ("memory", "compute", "overhead", "communication", "offload")
 MEMORY, COMPUTE, OVERHEAD, COMMUNICATION, OFFLOAD = range(5)
 
 
-def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0, offload_s=0.0):
+def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0, offload_s=0.0, overlapped_host_s=0.0):
     """Time of one forward pass (or pipeline-stage pass), and its parts.
 
     Parameters
@@ -37,10 +37,15 @@ def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0, 
     overhead_s, communication_s, offload_s : array
         Fixed costs (launches, scheduling), collective time and host-link transfers of offloaded
         weights, none of them overlapped with compute.
+    overlapped_host_s : array
+        Host time that runs while the device works (ops launched asynchronously, one at a time, by an
+        eager engine): the pass lasts the longer of the two, and what the host adds beyond the device's
+        time counts as overhead.
 
     Notes
     -----
-    t = max(F_lin / R_c, B_lin / R_w) + max(F_att / R_att, B_att / R_kv) + t_comm + t_offload + t_fixed,
+    t = max(max(F_lin / R_c, B_lin / R_w) + max(F_att / R_att, B_att / R_kv) + t_comm + t_offload, t_host)
+        + t_fixed,
     every ledger term divided by the devices that share it. The bound is the largest of
     the roofline part (memory or compute, whichever its kernels wait on), the
     communication, the offload transfers and the fixed overheads.
@@ -57,6 +62,7 @@ def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0, 
     memory_s = linear_memory_s + attention_memory_s
     roofline_s = linear_s + attention_s
     zero = 0 * roofline_s
+    overhead_s = overhead_s + np.maximum(overlapped_host_s - (roofline_s + communication_s + offload_s), 0.0)
     return {
         "time_s": roofline_s + communication_s + offload_s + overhead_s,
         "linear_s": linear_s,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+from estimator.efficiency.engine_profiles import engine
 from estimator.evaluation.api import Estimate
 from estimator.evaluation.columns import FALLBACK_LINK_BYTES_PER_S
 from estimator.formatting import NOT_AVAILABLE, gigabytes, rate, seconds, table
@@ -53,6 +54,9 @@ def _bound_line(e: Estimate, phase: str) -> str:
         fixed = r[f"{phase}_overhead_s"] + r[f"{phase}_communication_s"]
         why = (f"fixed per-step and per-layer costs and all-reduces ({seconds(fixed)}) exceed the roofline "
                f"time ({seconds(r[f'{phase}_linear_s'] + r[f'{phase}_attention_s'])})")
+        if engine(e.engine).parameters.eager_host:
+            why += (" (eager PyTorch: the host launches every op from Python, and the device waits for it; "
+                    "docs/formulas.md §13)")
     else:
         side = ">" if intensity > ridge else "<"
         why = f"intensity {intensity:,.1f} FLOP/byte {side} ridge point {ridge:,.0f} FLOP/byte"

@@ -22,6 +22,7 @@ COLUMNS = ("id", "source", "url", "framework", "engine", "engine_version", "back
 BACKENDS = ("", "cuda", "rocm", "metal", "vulkan", "sycl", "cpu")
 STATISTICS = ("", "mean", "median", "p90", "p99")
 DATE = re.compile(r"^(|\d{4}-\d{2}(-\d{2})?)$")
+REPOSITORY_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)*/?")
 # Rows their collector flagged as doubtful (far out of line with the same GPU's other results, or read
 # from a single unconfirmed transcription) stay in the dataset for the record but are left out of
 # fitting and of the reported error.
@@ -68,10 +69,16 @@ def load_dataset() -> Dataset:
     return Dataset(rows, files)
 
 
+def _cites_source(url: str) -> bool:
+    """A web address, or for a row this project measured, the repository folder or file its raw output was
+    committed in (a relative path such as benchmarks/results/h200-2026-11-30/)."""
+    return url.startswith("http") or bool(REPOSITORY_PATH.fullmatch(url)) and ".." not in url
+
+
 def _row_problem(row: dict, seen: set) -> str | None:
     if not row.get("id") or row["id"] in seen:
         return "missing or duplicate id"
-    if not (row.get("url") or "").startswith("http"):
+    if not _cites_source(row.get("url") or ""):
         return "no source URL"
     if row.get("metric") not in METRICS:
         return f"unknown metric {row.get('metric')!r}"

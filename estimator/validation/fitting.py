@@ -72,6 +72,14 @@ DATACENTER_COMPUTE_UPPER = min(1.0, HBM.compute_eff / max(matmul_ceilings().valu
 # the largest common GEMM tile; eight of them is far beyond any padding or routing cost).
 LOWER = np.array([*[0.05] * 6, *[0.01] * 3, 1e-6, 1e-7, 1e-8, 0.01])
 UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4, 1e-4, 1024.0])
+# An engine that issues its ops one at a time from Python (eager PyTorch) pays the host's time per op on
+# every layer: about 35 ops (norms, projections, attention, the KV-cache writes and GQA expansion, MLP) at
+# the 10-25 us a launched op costs from Python (the H200 profile in hardware_db/calibrations/ measured 9.3 us
+# for a bare launch and 23.4 us per op of a small-op chain; docs/formulas.md §13). Its prior is 0.5 ms per
+# layer and its bound 2 ms, not the 100 us of an engine that launches whole graphs.
+EAGER_PRIOR_PER_LAYER_S = 5e-4
+EAGER_MAX_PER_LAYER_S = 2e-3
+PER_LAYER = PARAMETER_NAMES.index("per_layer_s")
 # Weight of the prior, per parameter, in units of log error: a factor e away from the default
 # costs as much as one row predicted e times off.
 PRIOR_WEIGHT = 0.3
@@ -86,8 +94,10 @@ TYPICAL_LOG_EFF = np.log([*[TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS] * 2
 KV_TO_WEIGHT_BANDWIDTH = GENERIC_ENGINE.kv_bandwidth_eff / GENERIC_ENGINE.bandwidth_eff["native"]
 
 
-def parameters_from(theta, fp16_accumulate: bool = False, torch_kernels: bool = False) -> EngineDefaults:
-    """Engine factors from fitted products: each product divided by its group's typical device efficiency."""
+def parameters_from(theta, fp16_accumulate: bool = False, torch_kernels: bool = False, eager_host: bool = False,
+                    per_expert_s: float = 0.0) -> EngineDefaults:
+    """Engine factors from fitted products: each product divided by its group's typical device efficiency.
+    The keyword arguments are properties of the engine's kernels and host loop, carried over, never fitted."""
     values = dict(zip(PARAMETER_NAMES, (float(x) for x in theta)))
     bandwidth = {g: values[f"bandwidth_{g}"] / TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS}
     dequantizing = {g: values[f"dequant_bandwidth_{g}"] / TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS}
@@ -101,7 +111,7 @@ def parameters_from(theta, fp16_accumulate: bool = False, torch_kernels: bool = 
         compute_eff_by_group=compute, per_step_s=values["per_step_s"], per_layer_s=values["per_layer_s"],
         per_sequence_s=values["per_sequence_s"], expert_tile_tokens=values["expert_tile_tokens"],
         allreduce_latency_s=GENERIC_ENGINE.allreduce_latency_s, fp16_accumulate=fp16_accumulate,
-        torch_kernels=torch_kernels,
+        torch_kernels=torch_kernels, eager_host=eager_host, per_expert_s=per_expert_s,
         basis="fitted: estimator/validation/fitting.py on measurements_db (see the profile's fit record)")
 
 
@@ -178,24 +188,36 @@ def _group_pull(log_theta: np.ndarray) -> np.ndarray:
     return GROUP_POOL_WEIGHT * (own - own.mean(axis=1, keepdims=True)).ravel()
 
 
-def _kernel_properties(name: str) -> tuple[bool, bool]:
-    """What the engine's kernels are (FP16 accumulation, PyTorch's own GEMMs): properties, never fitted."""
+def _kernel_properties(name: str) -> dict:
+    """What the engine's kernels and host loop are (FP16 accumulation, PyTorch's own GEMMs, eager launches and
+    their cost per routed expert): properties, never fitted."""
     p = engine(name).parameters
-    return p.fp16_accumulate, p.torch_kernels
+    return {"fp16_accumulate": p.fp16_accumulate, "torch_kernels": p.torch_kernels, "eager_host": p.eager_host,
+            "per_expert_s": p.per_expert_s}
+
+
+def prior_and_bounds(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The prior and the physical box of an engine's parameters: an eager engine's per-layer host time has its
+    own (EAGER_PRIOR_PER_LAYER_S, EAGER_MAX_PER_LAYER_S)."""
+    prior, upper = PRIOR.copy(), UPPER.copy()
+    if engine(name).parameters.eager_host:
+        prior[PER_LAYER], upper[PER_LAYER] = EAGER_PRIOR_PER_LAYER_S, EAGER_MAX_PER_LAYER_S
+    return prior, LOWER, upper
 
 
 def _least_squares(rows: Problem, name: str):
     from scipy.optimize import least_squares  # the fit needs scipy; predictions do not
 
     kernels = _kernel_properties(name)
+    prior, lower, upper = prior_and_bounds(name)
 
     def residuals(log_theta):
         theta = np.exp(log_theta)
-        data = _log_errors(rows, {name: parameters_from(theta, *kernels)})
-        return np.concatenate([data, PRIOR_WEIGHT * (log_theta - np.log(PRIOR)), _group_pull(log_theta)])
+        data = _log_errors(rows, {name: parameters_from(theta, **kernels)})
+        return np.concatenate([data, PRIOR_WEIGHT * (log_theta - np.log(prior)), _group_pull(log_theta)])
 
-    start = np.clip(PRIOR, LOWER * 1.001, UPPER * 0.999)   # strictly inside the box
-    return least_squares(residuals, np.log(start), bounds=(np.log(LOWER), np.log(UPPER)), x_scale=1.0,
+    start = np.clip(prior, lower * 1.001, upper * 0.999)   # strictly inside the box
+    return least_squares(residuals, np.log(start), bounds=(np.log(lower), np.log(upper)), x_scale=1.0,
                          diff_step=1e-3, max_nfev=200)
 
 
@@ -208,8 +230,8 @@ def fit_engine(problem: Problem, name: str) -> EngineDefaults:
     rows = problem.subset((problem.engines == name) & ~problem.judged_only)
     kernels = _kernel_properties(name)
     if not len(rows.measured) or name == GENERIC:
-        return parameters_from(PRIOR, *kernels)
-    return parameters_from(np.exp(_least_squares(rows, name).x), *kernels)
+        return parameters_from(prior_and_bounds(name)[0], **kernels)
+    return parameters_from(np.exp(_least_squares(rows, name).x), **kernels)
 
 
 def fit_all(problem: Problem) -> dict[str, EngineDefaults]:
@@ -229,6 +251,7 @@ def fit_record(problem: Problem, name: str) -> dict:
     n = len(rows.measured)
     data = result.fun[:n]
     dof = max(n - len(PRIOR), 1)
+    _, lower, upper = prior_and_bounds(name)
     jac = result.jac
     try:
         cov = np.linalg.pinv(jac.T @ jac) * float(data @ data) / dof
@@ -239,8 +262,8 @@ def fit_record(problem: Problem, name: str) -> dict:
     # a parameter no row depends on (expert kernels for an engine without MoE rows) is not fitted: its
     # prior is kept, and its sitting on a bound says nothing
     identified = np.any(np.abs(jac[:n]) > 0, axis=0)
-    on_bound = identified & ((np.abs(result.x - np.log(LOWER)) < 1e-3) | (np.abs(result.x - np.log(UPPER)) < 1e-3))
+    on_bound = identified & ((np.abs(result.x - np.log(lower)) < 1e-3) | (np.abs(result.x - np.log(upper)) < 1e-3))
     return {"rows": n, "parameters": {
-        key: {"value": float(f"{theta[i]:.4g}"), "lower": float(LOWER[i]), "upper": float(UPPER[i]),
+        key: {"value": float(f"{theta[i]:.4g}"), "lower": float(lower[i]), "upper": float(upper[i]),
               "stderr": float(f"{theta[i] * log_se[i]:.3g}"), "on_bound": bool(on_bound[i])}
         for i, key in enumerate(PARAMETER_NAMES)}}

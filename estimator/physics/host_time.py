@@ -1,0 +1,49 @@
+"""Host time of a forward pass: the engine's cost per layer, and per routed expert for a loop over experts.
+
+An engine that launches its ops one at a time from Python (eager PyTorch, as Hugging Face transformers
+runs) pays the host's time for every op whatever the device does; for a mixture of experts it also loops
+over the experts a layer's tokens chose, and waits on the device for each one's rows. On a device with a
+calibration, the profile's measurement of both (the reference decoder at tiny shapes, calibrate/decoder.py)
+replaces the engine's figures (docs/formulas.md §13).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from estimator.efficiency.defaults import CLASS_ORDER, EngineDefaults
+from estimator.physics.expert_skew import distinct_experts
+
+
+def overlaps_device(engine: EngineDefaults, hw: dict):
+    """Whether an engine's per-layer host time runs beside the device's work: an eager engine on an accelerator
+    (on a CPU the host is the device)."""
+    return engine.eager_host & (hw["device_class_code"] != CLASS_ORDER.index("cpu"))
+
+
+def host_costs(engine: EngineDefaults, hw: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Host seconds per layer and per routed expert run: a calibration's measurement for an eager engine on a
+    calibrated device (``hw`` columns ``eager_layer_s``, ``eager_expert_s``, NaN elsewhere), else the engine's."""
+    layer, expert = np.asarray(engine.per_layer_s, dtype=float), np.asarray(engine.per_expert_s, dtype=float)
+    if not engine.eager_host or "eager_layer_s" not in hw:
+        return layer, expert
+    measured_layer, measured_expert = hw["eager_layer_s"], hw["eager_expert_s"]
+    return (np.where(np.isfinite(measured_layer), measured_layer, layer),
+            np.where(np.isfinite(measured_expert), measured_expert, expert))
+
+
+def pass_host_time(layer_s, expert_s, m: dict, tokens, pp, ep, cpu_layers, skew, overlapped):
+    """Host time of one pipeline-stage pass of ``tokens`` tokens: (the part that overlaps the device's work,
+    the part that does not).
+
+    L/pp · t_layer, plus L_moe/pp · E_touched/ep · t_expert, where E_touched is the expected number of distinct
+    experts the tokens route to (docs/formulas.md §4); each expert-parallel rank loops over its own share, and
+    experts run on the host CPU (llama.cpp --n-cpu-moe) are not in the device's loop. Where ``overlapped``
+    (an eager engine on an accelerator: ops are queued asynchronously) the per-layer part runs while the device
+    works; the per-expert part never does, since each expert's rows are read back before its kernels launch."""
+    layers = m["layers"] / pp * layer_s
+    experts = 0.0
+    if np.any(np.asarray(expert_s) > 0):
+        touched = distinct_experts(m["experts"], m["experts_per_token"], tokens, skew)
+        experts = np.maximum(m["moe_layers"] - cpu_layers, 0.0) / pp * touched / np.maximum(ep, 1) * expert_s
+    return np.where(overlapped, layers, 0.0), np.where(overlapped, 0.0, layers) + experts
