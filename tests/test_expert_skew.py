@@ -93,3 +93,25 @@ def test_each_touched_expert_costs_a_tile_of_tokens(db):
     dense = db.models.get("llama-3.1-8b")
     assert run(dense, hw, fmt="bf16", ideal=False, engine=tiled)["ttft_s"] == \
         run(dense, hw, fmt="bf16", ideal=False, engine=plain)["ttft_s"]
+
+
+def test_an_engine_that_prefills_in_micro_batches_pads_its_experts_once_per_micro_batch(db):
+    """llama.cpp runs a prompt in micro-batches of n_ubatch (512) tokens: a 4,096-token prefill of Mixtral touches
+    its experts 8 times, each with 512 tokens, so the tile padding is 8 x that of 512 tokens, not that of one pass
+    of 4,096 (docs/formulas.md §9)."""
+    from estimator.efficiency.defaults import GENERIC_ENGINE
+    from estimator.physics.traffic import expected_experts as touched
+    from tests.helpers import run
+
+    spec, hw = db.models.get("mixtral-8x7b"), db.hardware.get("h100")
+    plain = GENERIC_ENGINE.model_copy(update={"per_step_s": 0.0, "per_layer_s": 0.0})
+    one_pass = plain.model_copy(update={"expert_tile_tokens": 64.0})
+    chunked = one_pass.model_copy(update={"prefill_in_ubatches": True})
+    a, b, c = (run(spec, hw, fmt="bf16", T=4096, ideal=False, engine=e) for e in (plain, one_pass, chunked))
+    rate = (a["prefill_flops_linear"] + a["prefill_flops_head"]) / a["prefill_linear_s"]
+    per_expert = 3 * spec.shape.hidden_size * spec.shape.moe.expert_intermediate_size
+    padding = lambda experts: 2 * per_expert * spec.shape.num_layers * experts * 64 / rate  # noqa: E731
+    assert b["prefill_linear_s"] - a["prefill_linear_s"] == pytest.approx(padding(float(touched(8, 2, 4096))),
+                                                                          rel=1e-3)
+    assert c["prefill_linear_s"] - a["prefill_linear_s"] == pytest.approx(padding(8 * float(touched(8, 2, 512))),
+                                                                          rel=1e-3)

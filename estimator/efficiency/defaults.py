@@ -79,6 +79,10 @@ class EngineDefaults(Frozen):
         default=False, description="its linear layers are PyTorch's own GEMMs (eager PyTorch): a calibration's "
                                    "measured weight-stream curve is their rate, with no engine factor on top; a "
                                    "property of the engine's kernels, never fitted")
+    prefill_in_ubatches: bool = Field(
+        default=False, description="it runs a prompt in physical micro-batches of ubatch_tokens (llama.cpp's "
+                                   "n_ubatch): a MoE prefill touches its experts once per micro-batch, so its "
+                                   "grouped GEMMs pay their tile padding per micro-batch; a property, never fitted")
     eager_host: bool = Field(
         default=False, description="it launches its ops one at a time from Python (eager PyTorch): on a calibrated "
                                    "device the profile's measured host time per layer and per routed expert "

@@ -141,7 +141,10 @@ def _expert_kernels(s: _Setup, flops: dict, tokens) -> dict:
     dense rate for M_e tokens per expert: low in prefill chunks spread over many experts, near 1 with many."""
     m = s.m
     on_device = np.maximum(m["moe_layers"] - s.cpu_layers, 0.0)
-    touched = distinct_experts(m["experts"], m["experts_per_token"], tokens, s.serving["expert_skew"])
+    # an engine that runs a prompt in micro-batches (llama.cpp's n_ubatch) touches the experts once per micro-batch
+    chunks = np.ceil(tokens / s.serving["ubatch_tokens"]) if s.engine.prefill_in_ubatches else 1.0
+    touched = chunks * distinct_experts(m["experts"], m["experts_per_token"], tokens / chunks,
+                                        s.serving["expert_skew"])
     padding = 2 * m["params_routed_one"] * on_device * touched * s.engine.expert_tile_tokens
     return {**flops, "linear": flops["linear"] + padding}
 

@@ -95,7 +95,7 @@ KV_TO_WEIGHT_BANDWIDTH = GENERIC_ENGINE.kv_bandwidth_eff / GENERIC_ENGINE.bandwi
 
 
 def parameters_from(theta, fp16_accumulate: bool = False, torch_kernels: bool = False, eager_host: bool = False,
-                    per_expert_s: float = 0.0) -> EngineDefaults:
+                    per_expert_s: float = 0.0, prefill_in_ubatches: bool = False) -> EngineDefaults:
     """Engine factors from fitted products: each product divided by its group's typical device efficiency.
     The keyword arguments are properties of the engine's kernels and host loop, carried over, never fitted."""
     values = dict(zip(PARAMETER_NAMES, (float(x) for x in theta)))
@@ -112,6 +112,7 @@ def parameters_from(theta, fp16_accumulate: bool = False, torch_kernels: bool = 
         per_sequence_s=values["per_sequence_s"], expert_tile_tokens=values["expert_tile_tokens"],
         allreduce_latency_s=GENERIC_ENGINE.allreduce_latency_s, fp16_accumulate=fp16_accumulate,
         torch_kernels=torch_kernels, eager_host=eager_host, per_expert_s=per_expert_s,
+        prefill_in_ubatches=prefill_in_ubatches,
         basis="fitted: estimator/validation/fitting.py on measurements_db (see the profile's fit record)")
 
 
@@ -193,7 +194,7 @@ def _kernel_properties(name: str) -> dict:
     their cost per routed expert): properties, never fitted."""
     p = engine(name).parameters
     return {"fp16_accumulate": p.fp16_accumulate, "torch_kernels": p.torch_kernels, "eager_host": p.eager_host,
-            "per_expert_s": p.per_expert_s}
+            "per_expert_s": p.per_expert_s, "prefill_in_ubatches": p.prefill_in_ubatches}
 
 
 def prior_and_bounds(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
