@@ -12,11 +12,14 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-./gpu-proof}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="/tmp/site:$PWD"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "gpu_proof: installing the wheels in .whl/ failed; run benchmarks/gpu_proof_wheels.sh first"; exit 2; }
-{ nvidia-smi; nvidia-smi -q -d CLOCK,POWER; python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; } \
+PYTHON=${PYTHON:-python3}   # INSTALL=0 PYTHON=... : an environment that already has the project's needs (the test)
+if [ "${INSTALL:-1}" = 1 ]; then
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "gpu_proof: installing the wheels in .whl/ failed; run benchmarks/gpu_proof_wheels.sh first"; exit 2; }
+fi
+{ nvidia-smi; nvidia-smi -q -d CLOCK,POWER; "$PYTHON" -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; } \
   > "$OUT/machine.txt" 2>&1
-roofline=(python3 -m estimator.cli)   # an array, not a function: timeout runs programs
+roofline=("$PYTHON" -m estimator.cli)   # an array, not a function: timeout runs programs, not shell functions
 
 # DEVICE, MODELS, BATCHES and PROMPT may be overridden for a dry run of the script itself
 # (DEVICE=cpu MODELS=Qwen/Qwen2.5-0.5B BATCHES=1 PROMPT=16);

@@ -274,3 +274,53 @@ def test_an_eager_engine_has_its_own_per_layer_prior_and_bound():
     prior, _, upper = prior_and_bounds("transformers")
     assert upper[PER_LAYER] == EAGER_MAX_PER_LAYER_S and prior[PER_LAYER] == 5e-4
     assert prior_and_bounds("vllm")[2][PER_LAYER] == UPPER[PER_LAYER] == 1e-4
+
+
+def test_the_gpu_proof_script_runs_end_to_end_on_this_cpu(tmp_path):
+    """The script the H200 ran, dry-run on the CPU with the smallest settings and no `roofline` on the PATH: its
+    first run on the GPU failed because `timeout` cannot run a shell function."""
+    pytest.importorskip("torch", reason="needs the calibrate extra")
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).parents[1]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OUT": str(tmp_path / "out"), "INSTALL": "0",
+           "PYTHON": sys.executable, "DEVICE": "cpu", "MODE": "smoke", "MODELS": "Qwen/Qwen2.5-0.5B", "BATCHES": "1",
+           "PROMPT": "8", "OUTPUT": "3", "ROOFLINE_CALIBRATION_DIR": str(tmp_path / "profiles")}
+    done = subprocess.run(["bash", str(root / "benchmarks" / "gpu_proof.sh")], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "validate Qwen2.5-0.5B: exit 0" in done.stdout
+    runs = json.loads((tmp_path / "out" / "validate-Qwen2.5-0.5B.json").read_text())["runs"]
+    assert [(r["batch"], r["prompt"], r["output"]) for r in runs] == [(1, 8, 3)]
+    assert (tmp_path / "out" / "profile.yaml").stat().st_size > 0
+
+
+def test_the_reference_decoder_spreads_a_prompt_over_the_experts(db):
+    """Random layers make a prompt's tokens alike, so a random router sent a 512-token prompt of Qwen3-30B-A3B's
+    shapes to 20-25 of 128 experts past the first layers; each token now draws its experts as a balanced router
+    spreads them, and 512 tokens x 8 choices reach all 128 in every layer (expected 127.9)."""
+    pytest.importorskip("torch", reason="needs the calibrate extra")
+    import torch
+
+    from calibrate.decoder import build_decoder
+    spec = db.models.get("qwen3-30b-a3b")
+    shape = spec.shape.model_copy(update={
+        "num_layers": 12, "hidden_size": 64, "num_attention_heads": 4, "num_kv_heads": 2, "head_dim": 16,
+        "vocab_size": 300, "moe": spec.shape.moe.model_copy(update={"expert_intermediate_size": 16})})
+    forward, new_cache = build_decoder(torch, shape, "cpu", torch.float32)
+    reached, unique = [], torch.unique
+
+    def counting(x, *args, **kwargs):
+        out = unique(x, *args, **kwargs)
+        reached.append(out.numel())
+        return out
+    torch.unique = counting
+    try:
+        with torch.inference_mode():
+            forward(torch.randint(0, 300, (1, 512)), new_cache(1, 512), 0)
+    finally:
+        torch.unique = unique
+    assert len(reached) == 12 and min(reached) >= 120
