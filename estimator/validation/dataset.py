@@ -72,7 +72,7 @@ def load_dataset() -> Dataset:
 def _cites_source(url: str) -> bool:
     """A web address, or for a row this project measured, the repository folder or file its raw output was
     committed in (a relative path such as benchmarks/results/h200-2026-11-30/)."""
-    return url.startswith("http") or bool(REPOSITORY_PATH.fullmatch(url)) and ".." not in url
+    return url.startswith("http") or (REPOSITORY_PATH.fullmatch(url) is not None and ".." not in url)
 
 
 def _row_problem(row: dict, seen: set) -> str | None:

@@ -94,10 +94,14 @@ TYPICAL_LOG_EFF = np.log([*[TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS] * 2
 KV_TO_WEIGHT_BANDWIDTH = GENERIC_ENGINE.kv_bandwidth_eff / GENERIC_ENGINE.bandwidth_eff["native"]
 
 
-def parameters_from(theta, fp16_accumulate: bool = False, torch_kernels: bool = False, eager_host: bool = False,
-                    per_expert_s: float = 0.0, prefill_in_ubatches: bool = False) -> EngineDefaults:
-    """Engine factors from fitted products: each product divided by its group's typical device efficiency.
-    The keyword arguments are properties of the engine's kernels and host loop, carried over, never fitted."""
+# What an engine's kernels and host loop are (FP16 accumulation, PyTorch's own GEMMs, eager launches and their
+# cost per routed expert, prompts run in micro-batches): carried from its profile into a fit, never fitted.
+KERNEL_PROPERTIES = ("fp16_accumulate", "torch_kernels", "eager_host", "per_expert_s", "prefill_in_ubatches")
+
+
+def parameters_from(theta, **properties) -> EngineDefaults:
+    """Engine factors from fitted products: each product divided by its group's typical device efficiency;
+    ``properties`` are any of KERNEL_PROPERTIES (the generic engine's where not given)."""
     values = dict(zip(PARAMETER_NAMES, (float(x) for x in theta)))
     bandwidth = {g: values[f"bandwidth_{g}"] / TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS}
     dequantizing = {g: values[f"dequant_bandwidth_{g}"] / TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS}
@@ -110,9 +114,7 @@ def parameters_from(theta, fp16_accumulate: bool = False, torch_kernels: bool = 
         kv_bandwidth_eff=min(1.0, native * KV_TO_WEIGHT_BANDWIDTH), compute_eff=compute["datacenter"],
         compute_eff_by_group=compute, per_step_s=values["per_step_s"], per_layer_s=values["per_layer_s"],
         per_sequence_s=values["per_sequence_s"], expert_tile_tokens=values["expert_tile_tokens"],
-        allreduce_latency_s=GENERIC_ENGINE.allreduce_latency_s, fp16_accumulate=fp16_accumulate,
-        torch_kernels=torch_kernels, eager_host=eager_host, per_expert_s=per_expert_s,
-        prefill_in_ubatches=prefill_in_ubatches,
+        allreduce_latency_s=GENERIC_ENGINE.allreduce_latency_s, **properties,
         basis="fitted: estimator/validation/fitting.py on measurements_db (see the profile's fit record)")
 
 
@@ -190,11 +192,7 @@ def _group_pull(log_theta: np.ndarray) -> np.ndarray:
 
 
 def _kernel_properties(name: str) -> dict:
-    """What the engine's kernels and host loop are (FP16 accumulation, PyTorch's own GEMMs, eager launches and
-    their cost per routed expert): properties, never fitted."""
-    p = engine(name).parameters
-    return {"fp16_accumulate": p.fp16_accumulate, "torch_kernels": p.torch_kernels, "eager_host": p.eager_host,
-            "per_expert_s": p.per_expert_s, "prefill_in_ubatches": p.prefill_in_ubatches}
+    return engine(name).parameters.model_dump(include=set(KERNEL_PROPERTIES))
 
 
 def prior_and_bounds(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
