@@ -39,7 +39,7 @@ from estimator.efficiency.defaults import (
     EngineDefaults,
     matmul_ceilings,
 )
-from estimator.efficiency.engine_profiles import engine
+from estimator.efficiency.engine_profiles import BACKEND_MARK, engine
 from estimator.evaluation.intervals import measurement_regime
 from estimator.specs.database import Database
 from estimator.validation.dataset import Dataset
@@ -79,6 +79,12 @@ UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4,
 # layer and its bound 2 ms, not the 100 us of an engine that launches whole graphs.
 EAGER_PRIOR_PER_LAYER_S = 5e-4
 EAGER_MAX_PER_LAYER_S = 2e-3
+# Metal has no graph replay: each dependent dispatch costs the Apple GPU about 5 us of its own time (5.16 us
+# measured per barrier-separated dispatch on an M2 Pro, docs/formulas.md §9), and a transformer layer is
+# 20-30 dispatches, so its prior is 25 of them and its bound 50, not CUDA's 100 us.
+METAL_DISPATCH_S = 5.16e-6
+METAL_PRIOR_PER_LAYER_S = 25 * METAL_DISPATCH_S
+METAL_MAX_PER_LAYER_S = 50 * METAL_DISPATCH_S
 PER_LAYER = PARAMETER_NAMES.index("per_layer_s")
 # Weight of the prior, per parameter, in units of log error: a factor e away from the default
 # costs as much as one row predicted e times off.
@@ -197,10 +203,13 @@ def _kernel_properties(name: str) -> dict:
 
 def prior_and_bounds(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The prior and the physical box of an engine's parameters: an eager engine's per-layer host time has its
-    own (EAGER_PRIOR_PER_LAYER_S, EAGER_MAX_PER_LAYER_S)."""
+    own (EAGER_PRIOR_PER_LAYER_S, EAGER_MAX_PER_LAYER_S), and so has an engine on Metal, whose dispatches cost
+    more than CUDA's launches (METAL_PRIOR_PER_LAYER_S, METAL_MAX_PER_LAYER_S)."""
     prior, upper = PRIOR.copy(), UPPER.copy()
     if engine(name).parameters.eager_host:
         prior[PER_LAYER], upper[PER_LAYER] = EAGER_PRIOR_PER_LAYER_S, EAGER_MAX_PER_LAYER_S
+    elif name.partition(BACKEND_MARK)[2] == "metal":
+        prior[PER_LAYER], upper[PER_LAYER] = METAL_PRIOR_PER_LAYER_S, METAL_MAX_PER_LAYER_S
     return prior, LOWER, upper
 
 
