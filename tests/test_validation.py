@@ -90,16 +90,15 @@ def test_rows_that_ran_are_never_dropped(dataset, problem, validation):
     assert np.isfinite(validation.predicted[~problem.fits]).all()
 
 
-# Median width (high / low) of the 80% band as of the last refit plus a margin: a guard against wider bands,
-# not the targets (1.8x decode, 2.5x prefill), which are still missed.
-WIDTH_GUARD = {"decode": 2.2, "prefill": 2.9, "throughput": 2.3}
+# Median width (high / low) of the 80% band as of the last refit plus a margin: a guard against wider bands.
+# Decode (1.88x) and prefill (2.54x) are near their targets (1.8x, 2.5x); max-throughput is 2.02x.
+WIDTH_GUARD = {"decode": 2.0, "prefill": 2.7, "throughput": 2.2}
 
 
-# The target is 75-85% for every phase. Decode sits at 72.8%: XiongjieDai's 2024 llama.cpp builds, a quarter of
+# The target is 75-85% for every phase. Decode sits at 74.7%: XiongjieDai's 2024 llama.cpp builds, a quarter of
 # the decode rows, are judged on bands from 2025 builds (engine version eras are not modelled), and the widening
-# is one factor per phase, which Metal's rows, better predicted since their per-layer cost has Metal's bound,
-# pulled down (docs/formulas.md §9). The guard stays under the target for decode only.
-COVERAGE_GUARD = {"decode": (0.72, 0.85), "prefill": (0.75, 0.85), "throughput": (0.75, 0.85)}
+# is one factor per phase (docs/formulas.md §9). The guard stays one point under the target for decode only.
+COVERAGE_GUARD = {"decode": (0.74, 0.85), "prefill": (0.75, 0.85), "throughput": (0.75, 0.85)}
 
 
 def test_intervals_cover_about_80_percent_out_of_source_per_phase(validation):
@@ -344,3 +343,33 @@ def test_the_reference_decoder_spreads_a_prompt_over_the_experts(db):
     finally:
         torch.unique = unique
     assert len(reached) == 12 and min(reached) >= 120
+
+
+def test_a_backend_variant_keeps_its_engines_kv_product(problem):
+    """llama.cpp on Vulkan has too few long-context rows to tell its attention reads from its compute: it keeps the
+    KV product llama.cpp's fit on the same rows gives, and the record says so instead of calling it fitted."""
+    from estimator.validation.fitting import KV_BANDWIDTH, fit_record
+    base, variant = (theta_of(fit_engine(problem, name)) for name in ("llama.cpp", "llama.cpp@vulkan"))
+    assert variant[KV_BANDWIDTH] == pytest.approx(base[KV_BANDWIDTH], rel=1e-9)
+    record = fit_record(problem, "llama.cpp@vulkan")["parameters"]["kv_bandwidth_datacenter"]
+    assert record["inherited"] and not record["on_bound"]
+    assert "inherited" not in fit_record(problem, "gpt-fast")["parameters"]["kv_bandwidth_datacenter"]
+
+
+def test_published_context_sweep_reads_the_kv_cache_slower_than_the_weights(dataset):
+    """llama-bench on a DGX Spark (273 GB/s), Qwen2.5-Coder-7B Q8_0, tg32: 29.30 tok/s at depth 0, 22.70 at 32,768.
+    The extra time per token, 1/22.70 - 1/29.30 = 9.92 ms, reads 32,768 tokens x 57,344 B (28 layers x 4 KV heads
+    x 128 x K and V x 2 B) = 1.88 GB: 189 GB/s, 0.69 of the datasheet, where the weights (7.51 GB a token) stream
+    at 0.81 or more (all of the depth-0 step counted as weight reading). The estimate's KV share is its own."""
+    rows = {r["id"]: float(r["value"]) for r in dataset.rows if r["id"].startswith("dgxs-qwen2.5-coder-7b-tg32")}
+    short, long = rows["dgxs-qwen2.5-coder-7b-tg32"], rows["dgxs-qwen2.5-coder-7b-tg32-d32768"]
+    kv_bytes_per_token = 28 * 4 * 128 * 2 * 2
+    kv_fraction = 32768 * kv_bytes_per_token / (1 / long - 1 / short) / 273e9
+    weight_fraction = 7.51e9 * short / 273e9
+    assert kv_fraction == pytest.approx(0.69, abs=0.01) and weight_fraction == pytest.approx(0.81, abs=0.01)
+    near, far = (estimate("qwen2.5-coder-7b", "dgx spark", engine="llama.cpp", weight_format="Q8_0",
+                          prompt_tokens=depth + 1, output_tokens=32, calibration="none") for depth in (0, 32768))
+    assert near.kv_cache_bytes_per_token == kv_bytes_per_token
+    assert near.decode_bytes_weights == pytest.approx(7.51e9, rel=0.01)
+    # the predicted slowdown over 32k tokens of context, 1.41x, against 1.29x measured
+    assert near.decode_tps_per_seq / far.decode_tps_per_seq == pytest.approx(short / long, rel=0.12)

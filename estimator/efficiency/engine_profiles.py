@@ -32,6 +32,8 @@ class FittedParameter(Frozen):
     upper: float
     stderr: float | None = Field(default=None, description="from the fit's Jacobian; None when not identified")
     on_bound: bool = Field(description="True when the fit ended on a bound: a mechanism is missing")
+    inherited: bool = Field(default=False, description="held at the parent engine's fitted value, not fitted "
+                                                       "(a backend variant's KV-cache product)")
 
 
 class FitRecord(Frozen):

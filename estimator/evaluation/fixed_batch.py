@@ -72,7 +72,8 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
         "attention_flops_per_s": hw["attention_flops_per_s"] * compute_eff,
         "weight_bytes_per_s": bandwidth * weight_scale * f["engine_bandwidth_eff"],
         "weight_engine_factor": weight_engine_factor,   # the engine's share of the device's weight stream
-        "kv_bytes_per_s": bandwidth * native * engine.kv_bandwidth_eff,
+        # the attention kernels' own share of the device's bandwidth, not the weight kernels' group factor
+        "kv_bytes_per_s": bandwidth * engine.kv_bandwidth_eff,
     }
 
 

@@ -1,14 +1,15 @@
 """Fit engine parameters to published measurements, within physical bounds.
 
-For each engine, thirteen parameters are fitted by bounded least squares on the log error,
+For each engine, fourteen parameters are fitted by bounded least squares on the log error,
 log(predicted / measured), over all of that engine's rows, across every device and model (never one
 parameter per data point). Each is the **product** the estimate uses, as a fraction of the datasheet,
 on the group's typical device (its default device efficiency times the engine's):
 
     θ = (bandwidth fraction of 16/8-bit weight streaming on datacenter, desktop and unified devices,
          the same for dequantizing kernels (weight-only int4/int8, GGUF, FP4), dense-compute fraction on
-         the three groups, per-step, per-layer and per-sequence-per-step overheads, and the share of
-         the tokens' worth of FLOPs each MoE expert a pass touches costs beyond its own tokens)
+         the three groups, per-step, per-layer and per-sequence-per-step overheads, the share of
+         the tokens' worth of FLOPs each MoE expert a pass touches costs beyond its own tokens, and the
+         bandwidth fraction at which the attention kernels read the KV cache, on the datacenter device)
 
 so the physical bounds are plain boxes: weights and the KV cache stream at no more than 0.95 of
 datasheet bandwidth, compute reaches no more
@@ -20,7 +21,8 @@ missing, not a better efficiency.
 A weak prior pulls each parameter towards the documented default (:mod:`estimator.efficiency.defaults`),
 so a parameter the data cannot identify (an engine with only decode rows has no say on compute) stays
 where the priors put it, and a pull between the device groups keeps one engine's kernels from being three
-unrelated efficiencies where one group has few rows. The error quoted is leave-one-source-out
+unrelated efficiencies where one group has few rows. A backend variant (``llama.cpp@rocm``) keeps its
+engine's KV-cache product instead of fitting its own. The error quoted is leave-one-source-out
 (:mod:`estimator.validation.cross_validation`).
 """
 
@@ -48,7 +50,7 @@ from estimator.validation.predict import Resolved, predict_resolved, predicted_a
 GROUPS = tuple(DEVICE_GROUPS)
 PARAMETER_NAMES = (*(f"bandwidth_{g}" for g in GROUPS), *(f"dequant_bandwidth_{g}" for g in GROUPS),
                    *(f"compute_{g}" for g in GROUPS), "per_step_s", "per_layer_s", "per_sequence_s",
-                   "expert_tile_tokens")
+                   "expert_tile_tokens", "kv_bandwidth_datacenter")
 # The default device efficiencies of each group's typical device (HBM or GDDR cards, unified-memory SoCs):
 # a fitted product divided by them is the engine's own factor.
 TYPICAL_DEVICE = {"datacenter": HBM, "desktop": GDDR, "unified": UNIFIED}
@@ -60,7 +62,7 @@ PRIOR = np.array([*(GENERIC_ENGINE.bandwidth_eff["native"] * TYPICAL_DEVICE[g].b
                   *(GENERIC_ENGINE.bandwidth_eff["gguf"] * TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS),
                   *(GENERIC_ENGINE.compute_eff * TYPICAL_DEVICE[g].compute_eff for g in GROUPS),
                   GENERIC_ENGINE.per_step_s, GENERIC_ENGINE.per_layer_s, PRIOR_PER_SEQUENCE_S,
-                  PRIOR_EXPERT_TILE_TOKENS])
+                  PRIOR_EXPERT_TILE_TOKENS, GENERIC_ENGINE.kv_bandwidth_eff * HBM.bandwidth_eff])
 # Physical bounds. Bandwidth: 0.95 of datasheet (the best kernels measure 0.8-0.9, docs/formulas.md §9).
 # Compute: the dense peak. Per step: 10 ms (a scheduler and sampler step of a serving engine under load
 # is 1-5 ms); per layer: 100 us (about 20 eager kernel launches of 5 us; 1.3 us each under CUDA graphs);
@@ -70,8 +72,8 @@ PRIOR = np.array([*(GENERIC_ENGINE.bandwidth_eff["native"] * TYPICAL_DEVICE[g].b
 DATACENTER_COMPUTE_UPPER = min(1.0, HBM.compute_eff / max(matmul_ceilings().values()))
 # MoE expert GEMMs: each touched expert costs the FLOPs of 0.01 to 1,024 more tokens (a 128-row tile is
 # the largest common GEMM tile; eight of them is far beyond any padding or routing cost).
-LOWER = np.array([*[0.05] * 6, *[0.01] * 3, 1e-6, 1e-7, 1e-8, 0.01])
-UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4, 1e-4, 1024.0])
+LOWER = np.array([*[0.05] * 6, *[0.01] * 3, 1e-6, 1e-7, 1e-8, 0.01, 0.05])
+UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4, 1e-4, 1024.0, 0.95])
 # An engine that issues its ops one at a time from Python (eager PyTorch) pays the host's time per op on
 # every layer: about 35 ops (norms, projections, attention, the KV-cache writes and GQA expansion, MLP) at
 # the 10-25 us a launched op costs from Python (the H200 profile in hardware_db/calibrations/ measured 9.3 us
@@ -86,6 +88,8 @@ METAL_DISPATCH_S = 5.16e-6
 METAL_PRIOR_PER_LAYER_S = 25 * METAL_DISPATCH_S
 METAL_MAX_PER_LAYER_S = 50 * METAL_DISPATCH_S
 PER_LAYER = PARAMETER_NAMES.index("per_layer_s")
+PER_SEQUENCE, EXPERT_TILE = PARAMETER_NAMES.index("per_sequence_s"), PARAMETER_NAMES.index("expert_tile_tokens")
+KV_BANDWIDTH = PARAMETER_NAMES.index("kv_bandwidth_datacenter")
 # Weight of the prior, per parameter, in units of log error: a factor e away from the default
 # costs as much as one row predicted e times off.
 PRIOR_WEIGHT = 0.3
@@ -97,7 +101,6 @@ PRIOR_WEIGHT = 0.3
 GROUP_POOL_WEIGHT = 2.0
 TYPICAL_LOG_EFF = np.log([*[TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS] * 2,
                           *[TYPICAL_DEVICE[g].compute_eff for g in GROUPS]])
-KV_TO_WEIGHT_BANDWIDTH = GENERIC_ENGINE.kv_bandwidth_eff / GENERIC_ENGINE.bandwidth_eff["native"]
 
 
 # What an engine's kernels and host loop are (FP16 accumulation, PyTorch's own GEMMs, eager launches and their
@@ -117,7 +120,8 @@ def parameters_from(theta, **properties) -> EngineDefaults:
         bandwidth_eff={"native": native, "weight_only": dequant, "gguf": dequant, "fp4": dequant},
         bandwidth_scale_by_group={g: bandwidth[g] / native for g in GROUPS if g != "datacenter"},
         dequant_scale_by_group={g: dequantizing[g] / dequant for g in GROUPS if g != "datacenter"},
-        kv_bandwidth_eff=min(1.0, native * KV_TO_WEIGHT_BANDWIDTH), compute_eff=compute["datacenter"],
+        kv_bandwidth_eff=min(1.0, values["kv_bandwidth_datacenter"] / TYPICAL_DEVICE["datacenter"].bandwidth_eff),
+        compute_eff=compute["datacenter"],
         compute_eff_by_group=compute, per_step_s=values["per_step_s"], per_layer_s=values["per_layer_s"],
         per_sequence_s=values["per_sequence_s"], expert_tile_tokens=values["expert_tile_tokens"],
         allreduce_latency_s=GENERIC_ENGINE.allreduce_latency_s, **properties,
@@ -131,7 +135,8 @@ def theta_of(p: EngineDefaults) -> np.ndarray:
                     * TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS]
     compute = [p.compute_eff_by_group.get(g, p.compute_eff) * TYPICAL_DEVICE[g].compute_eff for g in GROUPS]
     return np.array([*bandwidth, *dequantizing, *compute, p.per_step_s, p.per_layer_s,
-                     max(p.per_sequence_s, LOWER[-2]), max(p.expert_tile_tokens, LOWER[-1])])
+                     max(p.per_sequence_s, LOWER[PER_SEQUENCE]), max(p.expert_tile_tokens, LOWER[EXPERT_TILE]),
+                     p.kv_bandwidth_eff * TYPICAL_DEVICE["datacenter"].bandwidth_eff])
 
 
 @dataclass
@@ -213,20 +218,40 @@ def prior_and_bounds(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return prior, LOWER, upper
 
 
-def _least_squares(rows: Problem, name: str):
+def _least_squares(rows: Problem, name: str, inherited: dict[int, float] | None = None):
+    """Bounded least squares in log θ; ``inherited`` parameters (index: value) are held, not fitted."""
     from scipy.optimize import least_squares  # the fit needs scipy; predictions do not
 
     kernels = _kernel_properties(name)
     prior, lower, upper = prior_and_bounds(name)
+    free = np.ones(len(prior), dtype=bool)
+    held = np.log(prior)
+    for i, value in (inherited or {}).items():
+        free[i], held[i] = False, np.log(value)
 
-    def residuals(log_theta):
-        theta = np.exp(log_theta)
-        data = _log_errors(rows, {name: parameters_from(theta, **kernels)})
-        return np.concatenate([data, PRIOR_WEIGHT * (log_theta - np.log(prior)), _group_pull(log_theta)])
+    def full(log_free):
+        log_theta = held.copy()
+        log_theta[free] = log_free
+        return log_theta
 
-    start = np.clip(prior, lower * 1.001, upper * 0.999)   # strictly inside the box
-    return least_squares(residuals, np.log(start), bounds=(np.log(lower), np.log(upper)), x_scale=1.0,
-                         diff_step=1e-3, max_nfev=200)
+    def residuals(log_free):
+        log_theta = full(log_free)
+        data = _log_errors(rows, {name: parameters_from(np.exp(log_theta), **kernels)})
+        return np.concatenate([data, PRIOR_WEIGHT * (log_free - np.log(prior[free])), _group_pull(log_theta)])
+
+    start = np.clip(prior, lower * 1.001, upper * 0.999)[free]   # strictly inside the box
+    result = least_squares(residuals, np.log(start), bounds=(np.log(lower[free]), np.log(upper[free])), x_scale=1.0,
+                           diff_step=1e-3, max_nfev=200)
+    return result, full(result.x), free
+
+
+def _inherited(problem: Problem, name: str) -> dict[int, float]:
+    """A backend variant (llama.cpp@rocm) keeps its engine's KV-cache read product, fitted on the same rows: its
+    few rows, most of them short, cannot tell the attention kernels' reads from its compute (docs/formulas.md §9)."""
+    base = name.partition(BACKEND_MARK)[0]
+    if base == name:
+        return {}
+    return {KV_BANDWIDTH: float(theta_of(fit_engine(problem, base))[KV_BANDWIDTH])}
 
 
 def fit_engine(problem: Problem, name: str) -> EngineDefaults:
@@ -239,7 +264,7 @@ def fit_engine(problem: Problem, name: str) -> EngineDefaults:
     kernels = _kernel_properties(name)
     if not len(rows.measured) or name == GENERIC:
         return parameters_from(prior_and_bounds(name)[0], **kernels)
-    return parameters_from(np.exp(_least_squares(rows, name).x), **kernels)
+    return parameters_from(np.exp(_least_squares(rows, name, _inherited(problem, name))[1]), **kernels)
 
 
 def fit_all(problem: Problem) -> dict[str, EngineDefaults]:
@@ -255,23 +280,25 @@ def fit_record(problem: Problem, name: str) -> dict:
     rows = problem.subset((problem.engines == name) & ~problem.judged_only)
     if not len(rows.measured) or name == GENERIC:
         return {"rows": 0, "parameters": {}}
-    result = _least_squares(rows, name)
+    result, log_theta, free = _least_squares(rows, name, _inherited(problem, name))
     n = len(rows.measured)
     data = result.fun[:n]
-    dof = max(n - len(PRIOR), 1)
+    dof = max(n - int(free.sum()), 1)
     _, lower, upper = prior_and_bounds(name)
-    jac = result.jac
+    jac = np.zeros((len(result.fun), len(free)))
+    jac[:, free] = result.jac
     try:
         cov = np.linalg.pinv(jac.T @ jac) * float(data @ data) / dof
         log_se = np.sqrt(np.clip(np.diag(cov), 0, None))
     except np.linalg.LinAlgError:
         log_se = np.full(len(PRIOR), np.nan)
-    theta = np.exp(result.x)
+    theta = np.exp(log_theta)
     # a parameter no row depends on (expert kernels for an engine without MoE rows) is not fitted: its
-    # prior is kept, and its sitting on a bound says nothing
-    identified = np.any(np.abs(jac[:n]) > 0, axis=0)
-    on_bound = identified & ((np.abs(result.x - np.log(lower)) < 1e-3) | (np.abs(result.x - np.log(upper)) < 1e-3))
+    # prior is kept, and its sitting on a bound says nothing; nor is an inherited one
+    identified = free & np.any(np.abs(jac[:n]) > 0, axis=0)
+    on_bound = identified & ((np.abs(log_theta - np.log(lower)) < 1e-3) | (np.abs(log_theta - np.log(upper)) < 1e-3))
     return {"rows": n, "parameters": {
         key: {"value": float(f"{theta[i]:.4g}"), "lower": float(lower[i]), "upper": float(upper[i]),
-              "stderr": float(f"{theta[i] * log_se[i]:.3g}"), "on_bound": bool(on_bound[i])}
+              "stderr": float(f"{theta[i] * log_se[i]:.3g}"), "on_bound": bool(on_bound[i]),
+              **({} if free[i] else {"inherited": True})}
         for i, key in enumerate(PARAMETER_NAMES)}}
