@@ -299,6 +299,6 @@ def fit_record(problem: Problem, name: str) -> dict:
     on_bound = identified & ((np.abs(log_theta - np.log(lower)) < 1e-3) | (np.abs(log_theta - np.log(upper)) < 1e-3))
     return {"rows": n, "parameters": {
         key: {"value": float(f"{theta[i]:.4g}"), "lower": float(lower[i]), "upper": float(upper[i]),
-              "stderr": float(f"{theta[i] * log_se[i]:.3g}"), "on_bound": bool(on_bound[i]),
+              "stderr": float(f"{theta[i] * log_se[i]:.3g}") if free[i] else None, "on_bound": bool(on_bound[i]),
               **({} if free[i] else {"inherited": True})}
         for i, key in enumerate(PARAMETER_NAMES)}}
