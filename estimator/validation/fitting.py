@@ -28,7 +28,7 @@ engine's KV-cache product instead of fitting its own. The error quoted is leave-
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -155,6 +155,9 @@ class Problem:
     rows: list[dict]
     fits: np.ndarray
     limit: np.ndarray
+    # engine fits on exactly these rows, by name: a backend variant's fit reuses its engine's (never copied by
+    # dataclasses.replace, so a problem with other measurements fits afresh)
+    fitted: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def judged_only(self) -> np.ndarray:
@@ -260,11 +263,20 @@ def fit_engine(problem: Problem, name: str) -> EngineDefaults:
     Without rows the answer is the prior, never the engine's shipped (fitted) parameters, so a
     cross-validation fold cannot see the source it holds out.
     """
-    rows = problem.subset((problem.engines == name) & ~problem.judged_only)
-    kernels = _kernel_properties(name)
-    if not len(rows.measured) or name == GENERIC:
-        return parameters_from(prior_and_bounds(name)[0], **kernels)
-    return parameters_from(np.exp(_least_squares(rows, name, _inherited(problem, name))[1]), **kernels)
+    return _fit(problem, name)[0]
+
+
+def _fit(problem: Problem, name: str):
+    """The engine's parameters and its least-squares outcome (None without rows), once per problem."""
+    if name not in problem.fitted:
+        rows = problem.subset((problem.engines == name) & ~problem.judged_only)
+        kernels = _kernel_properties(name)
+        if not len(rows.measured) or name == GENERIC:
+            problem.fitted[name] = parameters_from(prior_and_bounds(name)[0], **kernels), None
+        else:
+            solved = _least_squares(rows, name, _inherited(problem, name))
+            problem.fitted[name] = parameters_from(np.exp(solved[1]), **kernels), (solved, len(rows.measured))
+    return problem.fitted[name]
 
 
 def fit_all(problem: Problem) -> dict[str, EngineDefaults]:
@@ -277,11 +289,10 @@ def fit_record(problem: Problem, name: str) -> dict:
     Standard errors come from the Jacobian of the log residuals at the optimum (Gauss-Newton
     covariance s² (JᵀJ)⁻¹ in log θ, s² from the data residuals), converted to θ's units.
     """
-    rows = problem.subset((problem.engines == name) & ~problem.judged_only)
-    if not len(rows.measured) or name == GENERIC:
+    fitted = _fit(problem, name)[1]
+    if fitted is None:
         return {"rows": 0, "parameters": {}}
-    result, log_theta, free = _least_squares(rows, name, _inherited(problem, name))
-    n = len(rows.measured)
+    (result, log_theta, free), n = fitted
     data = result.fun[:n]
     dof = max(n - int(free.sum()), 1)
     _, lower, upper = prior_and_bounds(name)
