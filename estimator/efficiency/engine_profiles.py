@@ -139,13 +139,19 @@ def load_engines() -> tuple[EngineProfile, ...]:
     return tuple(sorted(profiles, key=lambda p: p.name == "generic"))
 
 
+def split_engine_name(name: str) -> tuple[str, str]:
+    """``llama.cpp@vulkan`` -> ("llama.cpp", "vulkan"); a name without a backend -> (name, "")."""
+    base, _, backend = name.partition(BACKEND_MARK)
+    return base, backend.strip().lower()
+
+
 def engine(name: str) -> EngineProfile:
     """An engine by name or alias, optionally on a backend (``llama.cpp@vulkan``)."""
-    base, _, backend = name.partition(BACKEND_MARK)
+    base, backend = split_engine_name(name)
     key = normalize(base)
     for profile in load_engines():
         if key in {normalize(profile.name), *map(normalize, profile.aliases)}:
-            return profile.on_backend(backend.strip().lower())
+            return profile.on_backend(backend)
     raise UnknownNameError(f"unknown engine {name!r}. Known: {', '.join(p.name for p in load_engines())}; "
                            f"add {BACKEND_MARK}BACKEND (cuda, rocm, metal, vulkan, sycl, cpu) to pick a backend.")
 

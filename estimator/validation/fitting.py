@@ -41,7 +41,7 @@ from estimator.efficiency.defaults import (
     EngineDefaults,
     matmul_ceilings,
 )
-from estimator.efficiency.engine_profiles import BACKEND_MARK, engine
+from estimator.efficiency.engine_profiles import engine, split_engine_name
 from estimator.evaluation.intervals import measurement_regime
 from estimator.specs.database import Database
 from estimator.validation.dataset import Dataset
@@ -216,7 +216,7 @@ def prior_and_bounds(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     prior, upper = PRIOR.copy(), UPPER.copy()
     if engine(name).parameters.eager_host:
         prior[PER_LAYER], upper[PER_LAYER] = EAGER_PRIOR_PER_LAYER_S, EAGER_MAX_PER_LAYER_S
-    elif name.partition(BACKEND_MARK)[2] == "metal":
+    elif split_engine_name(name)[1] == "metal":
         prior[PER_LAYER], upper[PER_LAYER] = METAL_PRIOR_PER_LAYER_S, METAL_MAX_PER_LAYER_S
     return prior, LOWER, upper
 
@@ -245,14 +245,24 @@ def _least_squares(rows: Problem, name: str, inherited: dict[int, float] | None 
     start = np.clip(prior, lower * 1.001, upper * 0.999)[free]   # strictly inside the box
     result = least_squares(residuals, np.log(start), bounds=(np.log(lower[free]), np.log(upper[free])), x_scale=1.0,
                            diff_step=1e-3, max_nfev=200)
-    return result, full(result.x), free
+    return Solution(result, full(result.x), free, len(rows.measured))
+
+
+@dataclass
+class Solution:
+    """One least-squares fit: scipy's result (over the free parameters), the full log θ, which were free, rows."""
+
+    result: object
+    log_theta: np.ndarray
+    free: np.ndarray
+    rows: int
 
 
 def _inherited(problem: Problem, name: str) -> dict[int, float]:
     """A backend variant (llama.cpp@rocm) keeps its engine's KV-cache read product, fitted on the same rows: its
     few rows, most of them short, cannot tell the attention kernels' reads from its compute (docs/formulas.md §9)."""
-    base = name.partition(BACKEND_MARK)[0]
-    if base == name:
+    base, backend = split_engine_name(name)
+    if not backend:
         return {}
     return {KV_BANDWIDTH: float(theta_of(fit_engine(problem, base))[KV_BANDWIDTH])}
 
@@ -266,16 +276,16 @@ def fit_engine(problem: Problem, name: str) -> EngineDefaults:
     return _fit(problem, name)[0]
 
 
-def _fit(problem: Problem, name: str):
-    """The engine's parameters and its least-squares outcome (None without rows), once per problem."""
+def _fit(problem: Problem, name: str) -> tuple[EngineDefaults, Solution | None]:
+    """The engine's parameters and its least-squares solution (None without rows), once per problem."""
     if name not in problem.fitted:
         rows = problem.subset((problem.engines == name) & ~problem.judged_only)
         kernels = _kernel_properties(name)
         if not len(rows.measured) or name == GENERIC:
             problem.fitted[name] = parameters_from(prior_and_bounds(name)[0], **kernels), None
         else:
-            solved = _least_squares(rows, name, _inherited(problem, name))
-            problem.fitted[name] = parameters_from(np.exp(solved[1]), **kernels), (solved, len(rows.measured))
+            solution = _least_squares(rows, name, _inherited(problem, name))
+            problem.fitted[name] = parameters_from(np.exp(solution.log_theta), **kernels), solution
     return problem.fitted[name]
 
 
@@ -289,10 +299,10 @@ def fit_record(problem: Problem, name: str) -> dict:
     Standard errors come from the Jacobian of the log residuals at the optimum (Gauss-Newton
     covariance s² (JᵀJ)⁻¹ in log θ, s² from the data residuals), converted to θ's units.
     """
-    fitted = _fit(problem, name)[1]
-    if fitted is None:
+    solution = _fit(problem, name)[1]
+    if solution is None:
         return {"rows": 0, "parameters": {}}
-    (result, log_theta, free), n = fitted
+    result, log_theta, free, n = solution.result, solution.log_theta, solution.free, solution.rows
     data = result.fun[:n]
     dof = max(n - int(free.sum()), 1)
     _, lower, upper = prior_and_bounds(name)

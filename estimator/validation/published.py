@@ -244,7 +244,7 @@ def write_results(v: Validation, folder) -> list[str]:
     import yaml
 
     from estimator.efficiency.calibration_profile import now_iso
-    from estimator.efficiency.engine_profiles import BACKEND_MARK, INTERVALS_FILE, engine
+    from estimator.efficiency.engine_profiles import INTERVALS_FILE, engine, split_engine_name
 
     folder = Path(folder)
     h = headline(v)
@@ -254,7 +254,7 @@ def write_results(v: Validation, folder) -> list[str]:
     for name, params in sorted(v.params.items()):
         if name == GENERIC:
             continue
-        base, _, backend = name.partition(BACKEND_MARK)
+        base, backend = split_engine_name(name)
         profile = engine(base)
         path = next((p for p in folder.glob("*.yaml")
                      if not p.name.startswith("_") and yaml.safe_load(p.read_text()).get("name") == profile.name), None)
