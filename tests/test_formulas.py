@@ -213,6 +213,68 @@ class TestKVCacheAllocation:
         assert e.max_concurrency == int(room // (131072 * 8192))
         assert e.kv_cache_bytes_per_token == 131072
 
+    def test_engine_memory_budgets_by_hand(self, db):
+        # Llama-3.1-8B bf16 on an H100 (80 GiB), 4096 + 4096 tokens, 128 KiB of KV per token:
+        # vLLM holds everything in 90% of the device; TensorRT-LLM gives its KV cache 90% of what is
+        # left; SGLang at two tensor-parallel ranks holds weights and KV in 87% of each device
+        from estimator.efficiency.defaults import GENERIC_ENGINE, memory_utilization
+        spec, hw = db.models.get("llama-3.1-8b"), db.hardware.get("h100")
+        per_seq = 131072 * 8192
+
+        def largest(engine, tp=1):
+            r = run(spec, hw, T=4096, O=4096, tp=tp, ideal=False, engine=engine)
+            left = 80 * 2**30 * float(memory_utilization(engine, tp)) - 2**30 - r["memory_weights_bytes"] \
+                - r["memory_activation_bytes"]
+            return r, left
+
+        vllm = GENERIC_ENGINE.model_copy(update={"memory_utilization": {1: 0.9}})
+        r, left = largest(vllm)
+        assert r["memory_available_bytes"] == pytest.approx(0.9 * 80 * 2**30)
+        assert r["max_batch"] == left // per_seq
+        trt = GENERIC_ENGINE.model_copy(update={"kv_free_fraction": 0.9})
+        r, left = largest(trt)
+        assert r["memory_available_bytes"] == pytest.approx(80 * 2**30)
+        assert r["max_batch"] == (0.9 * left) // per_seq
+        sglang = GENERIC_ENGINE.model_copy(update={"memory_utilization": {1: 0.88, 2: 0.87, 4: 0.85}})
+        r, left = largest(sglang, tp=2)
+        assert r["memory_available_bytes"] == pytest.approx(0.87 * 80 * 2**30)
+        assert r["max_batch"] == left // (per_seq / 2)
+        # a batch one past the largest no longer fits, under either kind of budget
+        for engine in (vllm, trt):
+            top = run(spec, hw, T=4096, O=4096, ideal=False, engine=engine)["max_batch"]
+            assert run(spec, hw, B=top, T=4096, O=4096, ideal=False, engine=engine)["fits"]
+            assert not run(spec, hw, B=top + 1, T=4096, O=4096, ideal=False, engine=engine)["fits"]
+
+    def test_shipped_engines_budget_their_memory_as_their_defaults_say(self, db):
+        from estimator.efficiency.defaults import memory_utilization
+        from estimator.efficiency.engine_profiles import engine
+        assert float(memory_utilization(engine("vllm").parameters, 1)) == 0.9
+        assert [float(memory_utilization(engine("sglang").parameters, tp)) for tp in (1, 2, 4, 8, 16)] == \
+            [0.88, 0.87, 0.85, 0.81, 0.79]
+        assert engine("tensorrt-llm").parameters.kv_free_fraction == 0.9
+        assert engine("llama.cpp").parameters.memory_utilization == {}
+
+    def test_engine_budgets_against_what_ran(self, db):
+        # GPUStack Performance Lab (measurements_db, gpustack-performance-lab), vLLM on one H100 SXM:
+        # gpt-oss-120b with 1,000 ShareGPT requests in flight (215 + 196 tokens) showed a 54.1 ms ITL;
+        # Qwen3-32B bf16 ran 32,000-token prompts, which fit only because vLLM chunks them
+        from estimator.evaluation.api import estimate
+        gpt_oss = estimate("openai/gpt-oss-120b", "h100 sxm", engine="vllm", weight_format="mxfp4-experts",
+                           prompt_tokens=215, output_tokens=196)
+        assert gpt_oss.memory_available_bytes == pytest.approx(0.9 * 80 * 2**30)
+        at_capacity = estimate("openai/gpt-oss-120b", "h100 sxm", engine="vllm", weight_format="mxfp4-experts",
+                               prompt_tokens=215, output_tokens=196, batch=gpt_oss.max_batch)
+        assert at_capacity.itl_s == pytest.approx(54.1e-3, rel=0.2)
+        from estimator.efficiency.engine_profiles import engine
+        vllm = engine("vllm")
+        whole_prompts = vllm.model_copy(update={"parameters": vllm.parameters.model_copy(
+            update={"prefill_chunk_tokens": None})})
+        long_prompt = {name: estimate("Qwen/Qwen3-32B", "h100 sxm", engine=profile, prompt_tokens=32000,
+                                      output_tokens=100) for name, profile in (("chunked", vllm),
+                                                                               ("whole", whole_prompts))}
+        assert long_prompt["chunked"].fits and not long_prompt["whole"].fits
+        assert long_prompt["chunked"].memory_activation_bytes < 0.3 * long_prompt["whole"].memory_activation_bytes
+
     def test_contiguous_reservation_wastes_what_the_paper_measured(self, db):
         spec, hw = db.models.get("llama-3.1-8b"), db.hardware.get("a100")
         paged = run(spec, hw, T=1024, O=1024, serving={"paged": True})

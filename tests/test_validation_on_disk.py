@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from estimator.validation.fitting import KERNEL_PROPERTIES, MEMORY_PROPERTIES
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("estimator", "calibrate", "hardware_db", "models_db", "engines_db", "measurements_db")
 SOURCES = ("gpt-fast-readme", "llamacpp-benches-m2-ultra", "trtllm-perf-v0.9.0")
@@ -41,9 +43,13 @@ def _copy_package(dst: Path) -> None:
 
 
 def _perturb_engines(folder: Path) -> None:
-    def halve(value):
+    """Halve every fitted number of every shipped profile; the engine's properties (its kernels, its memory
+    budget) are facts about the engine, not fitted, and stay."""
+    def halve(value, key=""):
+        if key in KERNEL_PROPERTIES + MEMORY_PROPERTIES:
+            return value
         if isinstance(value, dict):
-            return {k: halve(v) for k, v in value.items()}
+            return {k: halve(v, k) for k, v in value.items()}
         return value / 2 if isinstance(value, float) else value
 
     for path in folder.glob("*.yaml"):

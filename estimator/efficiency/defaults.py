@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import resources
+from typing import Annotated
 
 import numpy as np
 import yaml
@@ -87,6 +88,20 @@ class EngineDefaults(Frozen):
         default=False, description="it launches its ops one at a time from Python (eager PyTorch): on a calibrated "
                                    "device the profile's measured host time per layer and per routed expert "
                                    "replaces per_layer_s and per_expert_s; a property of the engine, never fitted")
+    memory_utilization: dict[int, Annotated[float, Field(gt=0, le=1)]] = Field(
+        default_factory=dict, description="the share of a device's memory the engine lets itself use (weights, "
+                                          "workspace and KV cache), by the fewest tensor-parallel ranks it applies "
+                                          "from: vLLM's gpu_memory_utilization, SGLang's mem_fraction_static; "
+                                          "empty: all of it. A property of the engine's defaults, never fitted")
+    prefill_chunk_tokens: int | None = Field(
+        default=None, ge=1, description="the most prompt tokens one step runs by default, prompts split into "
+                                        "chunks (vLLM V1's max_num_batched_tokens, SGLang's chunked_prefill_size): "
+                                        "it bounds the prefill workspace; None: whole prompts. A property of the "
+                                        "engine's defaults, never fitted")
+    kv_free_fraction: float = Field(
+        default=1.0, gt=0, le=1, description="the share of the memory left beside weights and workspace that the "
+                                             "KV cache takes (TensorRT-LLM's free_gpu_memory_fraction); a property "
+                                             "of the engine's defaults, never fitted")
     basis: str
 
 
@@ -132,6 +147,22 @@ PHYSICAL_LIMIT = EngineDefaults(
     basis="physical limit: datasheet bandwidth and dense peak, no overheads")
 
 GROUP_OF_CLASS = {c: g for g, classes in DEVICE_GROUPS.items() for c in classes}
+
+
+def memory_utilization(engine: EngineDefaults, tp) -> np.ndarray:
+    """The share of each device's memory the engine uses at ``tp`` tensor-parallel ranks (1 where it sets none)."""
+    share = np.ones_like(np.asarray(tp, dtype=float))
+    for ranks, value in sorted(engine.memory_utilization.items()):
+        share = np.where(np.asarray(tp) >= ranks, value, share)
+    return share
+
+
+def memory_budget(engine: EngineDefaults, tp) -> dict:
+    """The engine's memory budget as memory_fit takes it: ``engine_share``, ``kv_free_fraction`` and
+    ``chunk_tokens`` (docs/formulas.md §3)."""
+    chunk = np.inf if engine.prefill_chunk_tokens is None else float(engine.prefill_chunk_tokens)
+    return {"engine_share": memory_utilization(engine, tp), "kv_free_fraction": engine.kv_free_fraction,
+            "chunk_tokens": chunk}
 
 
 def compute_ceiling(hw: Hardware) -> float:

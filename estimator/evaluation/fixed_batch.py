@@ -14,7 +14,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from estimator.efficiency.calibration_profile import WEIGHT_STREAM_ROWS
-from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults, bandwidth_scale_by_class, compute_eff_by_class
+from estimator.efficiency.defaults import (
+    GENERIC_ENGINE,
+    EngineDefaults,
+    bandwidth_scale_by_class,
+    compute_eff_by_class,
+    memory_budget,
+)
 from estimator.errors import ConfigurationError
 from estimator.evaluation.columns import WEIGHT_STREAM_KEYS
 from estimator.physics import flops as fl
@@ -337,14 +343,15 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     if np.any(cpu_layers > 0) and host is None:
         raise ConfigurationError("MoE experts on the host CPU (cpu_moe) need the host CPU's rates; pass host=")
     host_experts = cpu_expert_bytes_stored(m, f, cpu_layers) / (tp * pp)   # held in host RAM, not on the device
+    budget = memory_budget(engine, tp)
     memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, draft=draft,
-                        host_weight_bytes=host_experts, attention_dp=attention_dp)
+                        host_weight_bytes=host_experts, attention_dp=attention_dp, **budget)
     share = device_weight_share(serving["offload"], serving["gpu_layers"], m["layers"],
                                 memory["memory_weights_bytes"], memory["room_for_weights_bytes"])
     if serving["offload"] != NONE:  # re-plan the memory with the offloaded part on the host
         kv_share = np.where(serving["offload"] == LAYERS, share, 1.0)
         memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, share, kv_share, draft,
-                            host_weight_bytes=host_experts, attention_dp=attention_dp)
+                            host_weight_bytes=host_experts, attention_dp=attention_dp, **budget)
     node = np.asarray(layout.get("node", DEFAULT_NODE_DEVICES), dtype=float)
     network = np.asarray(layout.get("network_bytes_per_s", DEFAULT_NETWORK_BYTES_PER_S), dtype=float)
     s = _Setup(m, hw, f, kv_bits, tp, pp, ep, serving, engine, effective_rates(hw, f, peak_linear_flops_per_s, engine),

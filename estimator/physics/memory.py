@@ -50,9 +50,10 @@ def kv_cache_bytes_per_sequence(m, kv_bits, context, tp):
 PREFILL_TOKEN_BUDGET = 8192
 
 
-def activation_workspace_bytes(m, B, T, fused_attention):
-    """Prefill workspace of the peak layer for B prompts of T tokens, within the token budget."""
-    tokens = np.minimum(B * T, np.maximum(T, PREFILL_TOKEN_BUDGET))
+def activation_workspace_bytes(m, B, T, fused_attention, chunk_tokens=np.inf):
+    """Prefill workspace of the peak layer for B prompts of T tokens, within the token budget; an engine that
+    splits prompts into chunks of ``chunk_tokens`` (vLLM V1, SGLang) never holds more than one chunk's."""
+    tokens = np.minimum(np.minimum(B * T, np.maximum(T, PREFILL_TOKEN_BUDGET)), chunk_tokens)
     sequences = np.maximum(np.floor(tokens / np.maximum(T, 1)), 1)
     widest = np.maximum(m["ffn_width"], (m["heads"] + 2 * m["kv_heads"]) * m["head_dim"])
     matmul_outputs = tokens * (2 * m["hidden"] + widest) * ACTIVATION_BYTES
@@ -61,7 +62,8 @@ def activation_workspace_bytes(m, B, T, fused_attention):
 
 
 def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv_share=1.0, draft=None,
-               host_weight_bytes=0.0, attention_dp=0):
+               host_weight_bytes=0.0, attention_dp=0, engine_share=1.0, kv_free_fraction=1.0,
+               chunk_tokens=np.inf):
     """Per-device footprint of one replica of tp × pp devices serving B sequences, and its largest batch.
 
     ``serving`` holds ``paged``, ``block_tokens``, ``prefix_tokens`` and ``fused_attention``
@@ -71,7 +73,10 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
     ``host_weight_bytes`` (per device) are weights held in host memory instead, such as MoE experts run
     or copied from the host (llama.cpp ``--n-cpu-moe``, docs/formulas.md §8): the device does not hold them.
     Under ``attention_dp`` each rank holds the whole attention weights and whole cache entries of its own
-    sequences (docs/formulas.md §8).
+    sequences (docs/formulas.md §8). The engine's own budget: it uses ``engine_share`` of the device's memory
+    (vLLM's gpu_memory_utilization), and its KV cache takes ``kv_free_fraction`` of what weights, workspace and
+    reserve leave (TensorRT-LLM's free_gpu_memory_fraction), and its prefill workspace holds at most one chunk
+    of ``chunk_tokens`` prompt tokens (docs/formulas.md §3).
     """
     n = np.asarray(tp, dtype=float) * pp
     paged, block, prefix = serving["paged"], serving["block_tokens"], serving["prefix_tokens"]
@@ -92,16 +97,22 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
         weights = weights + weight_bytes_stored(draft, f) / n
         kv_per_seq = kv_per_seq + (kv_cache_bytes_per_sequence(draft, kv_bits, own_slots, kv_tp)
                                    + state_bytes_per_sequence(draft, kv_tp)) / n
-    activations = activation_workspace_bytes(m, B, T, fused_attention) / tp
+    activations = activation_workspace_bytes(m, B, T, fused_attention, chunk_tokens) / tp
     reserve = hw["runtime_reserve_bytes"]
-    available = hw["capacity_bytes"] * hw["usable_memory_fraction"]
+    available = hw["capacity_bytes"] * hw["usable_memory_fraction"] * engine_share
     required = weights + shared + B * kv_per_seq + activations + reserve
-    room = available - weights - shared - reserve
+
+    def kv_room(workspace):
+        """Bytes the sequences' own KV entries may take beside weights, reserve, workspace and the prefix."""
+        return kv_free_fraction * (available - weights - reserve - workspace) - shared
+
     # the workspace grows with the batch up to the token budget: size it at one sequence, then at that
     # batch; the second answer is feasible, since a smaller batch never needs a larger workspace
-    max_batch = np.floor(np.maximum(room - activation_workspace_bytes(m, 1, T, fused_attention) / tp, 0) / kv_per_seq)
-    max_batch = np.floor(np.maximum(room - activation_workspace_bytes(m, np.maximum(max_batch, 1), T,
-                                                                      fused_attention) / tp, 0) / kv_per_seq)
+    def largest_batch(at_batch):
+        workspace = activation_workspace_bytes(m, at_batch, T, fused_attention, chunk_tokens) / tp
+        return np.floor(np.maximum(kv_room(workspace), 0) / kv_per_seq)
+
+    max_batch = largest_batch(np.maximum(largest_batch(1), 1))
     return {
         "memory_weights_bytes": weights,
         "memory_kv_cache_bytes": shared + B * kv_per_seq,
@@ -109,7 +120,7 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
         "memory_reserve_bytes": reserve + 0 * weights,
         "memory_required_bytes": required,
         "memory_available_bytes": available + 0 * weights,
-        "fits": required <= available,
+        "fits": (required <= available) & (B * kv_per_seq <= kv_room(activations)),
         "max_batch": max_batch,
         # what the weights have left beside KV, workspace and reserve: the offload planner's budget
         "room_for_weights_bytes": available - shared - B * kv_per_seq - activations - reserve,

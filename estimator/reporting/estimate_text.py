@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+from estimator.efficiency.defaults import memory_utilization
 from estimator.efficiency.engine_profiles import engine
 from estimator.evaluation.api import Estimate
 from estimator.evaluation.columns import FALLBACK_LINK_BYTES_PER_S
@@ -96,6 +97,15 @@ def _layout_text(layout) -> str:
     return ", ".join(parts)
 
 
+def _available_label(e: Estimate) -> str:
+    """'available', with the engine's own memory budget where it sets one (docs/formulas.md §3)."""
+    params = engine(e.engine).parameters
+    share, kv_share = float(memory_utilization(params, e.layout.tp)), params.kv_free_fraction
+    parts = ([f"{e.engine} uses {share:.0%} of the device"] if share < 1 else []) + \
+        ([f"{e.engine}'s KV cache takes {kv_share:.0%} of what is left"] if kv_share < 1 else [])
+    return f"available ({'; '.join(parts)})" if parts else "available"
+
+
 def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: list[dict] | None = None) -> str:
     """The readable report for one estimate; with ``measured`` rows (:func:`measured_rows`) and
     ``verify`` commands (:func:`verify_commands`), their two sections too."""
@@ -121,7 +131,7 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
         ("activation workspace", gigabytes(r["memory_activation_bytes"])),
         ("runtime reserve", gigabytes(r["memory_reserve_bytes"])),
         ("required", gigabytes(r["memory_required_bytes"])),
-        ("available", gigabytes(r["memory_available_bytes"])),
+        (_available_label(e), gigabytes(r["memory_available_bytes"])),
     ]
     if r["offloaded_bytes"] > 0:
         where = (f"{e.serving.gpu_layers} of {e.model.shape.num_layers} layers on the device, the rest run by "

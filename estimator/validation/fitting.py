@@ -106,11 +106,13 @@ TYPICAL_LOG_EFF = np.log([*[TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS] * 2
 # What an engine's kernels and host loop are (FP16 accumulation, PyTorch's own GEMMs, eager launches and their
 # cost per routed expert, prompts run in micro-batches): carried from its profile into a fit, never fitted.
 KERNEL_PROPERTIES = ("fp16_accumulate", "torch_kernels", "eager_host", "per_expert_s", "prefill_in_ubatches")
+# How the engine budgets memory: its own defaults whatever the backend, so a variant takes its engine's.
+MEMORY_PROPERTIES = ("memory_utilization", "kv_free_fraction", "prefill_chunk_tokens")
 
 
 def parameters_from(theta, **properties) -> EngineDefaults:
     """Engine factors from fitted products: each product divided by its group's typical device efficiency;
-    ``properties`` are any of KERNEL_PROPERTIES (the generic engine's where not given)."""
+    ``properties`` are any of KERNEL_PROPERTIES and MEMORY_PROPERTIES (the generic engine's where not given)."""
     values = dict(zip(PARAMETER_NAMES, (float(x) for x in theta)))
     bandwidth = {g: values[f"bandwidth_{g}"] / TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS}
     dequantizing = {g: values[f"dequant_bandwidth_{g}"] / TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS}
@@ -206,7 +208,10 @@ def _group_pull(log_theta: np.ndarray) -> np.ndarray:
 
 
 def _kernel_properties(name: str) -> dict:
-    return engine(name).parameters.model_dump(include=set(KERNEL_PROPERTIES))
+    """The properties a fit carries: the kernels' from the profile (or backend variant) itself, the memory
+    budget from the engine."""
+    return {**engine(name).parameters.model_dump(include=set(KERNEL_PROPERTIES)),
+            **engine(split_engine_name(name)[0]).parameters.model_dump(include=set(MEMORY_PROPERTIES))}
 
 
 def prior_and_bounds(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
