@@ -120,7 +120,8 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
         "memory_reserve_bytes": reserve + 0 * weights,
         "memory_required_bytes": required,
         "memory_available_bytes": available + 0 * weights,
-        "fits": (required <= available) & (B * kv_per_seq <= kv_room(activations)),
+        # the same as required <= available when the KV cache may take all that is left (f = 1)
+        "fits": B * kv_per_seq <= kv_room(activations),
         "max_batch": max_batch,
         # what the weights have left beside KV, workspace and reserve: the offload planner's budget
         "room_for_weights_bytes": available - shared - B * kv_per_seq - activations - reserve,
