@@ -29,10 +29,10 @@ def _dtype(torch, name: str):
     return getattr(torch, DTYPE_NAMES[name])
 
 
-def _rotation(size_bytes: float, llc_bytes: float, budget_bytes: float) -> int:
-    """Buffers to cycle through so that repeated runs miss the cache (2..8, within the memory budget)."""
+def _rotation(size_bytes: float, llc_bytes: float, budget_bytes: float, most: float = 8) -> int:
+    """Buffers to cycle through so that repeated runs miss the cache (up to ``most``, within the memory budget)."""
     wanted = math.ceil(2 * llc_bytes / size_bytes) + 1
-    return int(max(1, min(8, wanted, budget_bytes // (2 * size_bytes))))
+    return int(max(1, min(most, wanted, budget_bytes // (2 * size_bytes))))
 
 
 def bandwidth(torch, device, size_bytes, *, llc_bytes, budget_bytes, reps=10) -> dict:
@@ -84,7 +84,9 @@ def matmul(torch, device, dtype, m, n, k, *, llc_bytes, budget_bytes, reps=10) -
     if dtype == "int8" and m < INT8_MIN_ROWS:
         raise Skipped(f"torch._int_mm takes more than 16 rows, not {m}")
     weight_bytes = n * k * ELEMENT_BYTES[dtype]
-    copies = _rotation(weight_bytes, llc_bytes, budget_bytes)
+    # as many weight copies as it takes to pass twice the last-level cache, however small the matrix: decode
+    # streams its weights from memory, and eight copies of a 4 MB matrix fit a 32 MB cache (docs/formulas.md §13)
+    copies = _rotation(weight_bytes, llc_bytes, budget_bytes, most=math.inf)
     pairs = [_operands(torch, device, dtype, m, n, k) for _ in range(copies)]
     x, w = pairs[0]
     got = _low_precision_matmul(torch, dtype, x, w).float()
@@ -94,7 +96,7 @@ def matmul(torch, device, dtype, m, n, k, *, llc_bytes, budget_bytes, reps=10) -
         raise CheckFailed(f"{dtype} matmul differs from an fp32 reference")
     t = measure(torch, device, lambda i: _low_precision_matmul(torch, dtype, *pairs[i % copies]), reps=reps)
     moved = weight_bytes + (m * k + m * n) * ELEMENT_BYTES[dtype]
-    return {"dtype": dtype, "m": m, "n": n, "k": k, **t.as_dict(),
+    return {"dtype": dtype, "m": m, "n": n, "k": k, "buffers": copies, **t.as_dict(),
             "flops_per_s": 2 * m * n * k / t.median_s, "bytes_per_s": moved / t.median_s}
 
 

@@ -41,7 +41,10 @@ def _quantile(values: list[float], q: float) -> float:
 
 def measure(torch, device: str, fn: Callable[[int], object], *, warmup: int = 3, reps: int = 10,
             min_time_s: float = 0.0, inner: int = 1) -> Timing:
-    """Time ``fn(i)`` (i = repetition index, for rotating inputs); ``inner`` calls per timed sample."""
+    """Time ``fn(i)`` (i = call index, for rotating inputs); ``inner`` calls per timed sample.
+
+    The index runs on from the warm-up calls, so a timed call never reuses the inputs a warm-up call has
+    just left in the cache: restarting at 0 made three of five samples of a small rotated matrix cache hits."""
     for i in range(warmup):
         fn(i)
     synchronize(torch, device)
@@ -53,7 +56,7 @@ def measure(torch, device: str, fn: Callable[[int], object], *, warmup: int = 3,
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for j in range(inner):
-                fn(i * inner + j)
+                fn(warmup + i * inner + j)
             stop.record()
             stop.synchronize()
             samples.append(start.elapsed_time(stop) / 1e3 / inner)
@@ -61,7 +64,7 @@ def measure(torch, device: str, fn: Callable[[int], object], *, warmup: int = 3,
             synchronize(torch, device)
             t0 = time.perf_counter()
             for j in range(inner):
-                fn(i * inner + j)
+                fn(warmup + i * inner + j)
             synchronize(torch, device)
             samples.append((time.perf_counter() - t0) / inner)
         i += 1

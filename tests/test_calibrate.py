@@ -142,6 +142,35 @@ def test_the_decode_curve_is_read_at_the_batch_in_log_rows(steady_profile):
     assert e.decode_linear_s == pytest.approx(e.decode_bytes_weights / rate, rel=0.05)
 
 
+def test_a_prompt_runs_at_the_measured_gemm_rate_under_pytorchs_own_gemms(steady_profile):
+    """transformers runs PyTorch's own GEMMs: a prefill long enough to be compute-bound runs at the calibration's
+    measured GEMM rate, with no engine factor on top; an engine with its own kernels keeps its factor."""
+    from estimator.efficiency.engine_profiles import engine
+    runs = {name: estimate("qwen2.5-0.5b", "local", weight_format="f32", calibration=steady_profile, batch=4,
+                           prompt_tokens=512, output_tokens=16, engine=name) for name in ("transformers", "vllm")}
+    measured = steady_profile.summary.gemm_flops_per_s["fp32"]
+    own = runs["transformers"]
+    assert own.prefill_linear_s == pytest.approx(own.prefill_flops_linear / measured, rel=0.02)
+    factor = engine("vllm").parameters.compute_eff_by_group["unified"]   # a CPU is in the unified group
+    assert runs["vllm"].prefill_linear_s == pytest.approx(own.prefill_linear_s / factor, rel=0.02)
+
+
+def test_timed_calls_never_reuse_the_warm_up_inputs():
+    """A rotated benchmark's timed calls run on from the warm-up's indices: restarting at 0 timed inputs the
+    warm-up had just left in the cache."""
+    from calibrate.timing import measure
+    seen = []
+    measure(torch, "cpu", seen.append, warmup=3, reps=5)
+    assert seen[:3] == [0, 1, 2] and seen[3:8] == [3, 4, 5, 6, 7]
+
+
+def test_a_small_weight_matrix_is_rotated_past_twice_the_cache():
+    """Decode streams its weights from memory: the decode-curve benchmark cycles through enough copies of a
+    small matrix to pass twice the last-level cache (eight 4 MB copies fit a 32 MB cache)."""
+    result = bm.matmul(torch, "cpu", "fp32", 1, 1024, 1024, llc_bytes=32 * 2**20, budget_bytes=2**30, reps=1)
+    assert result["buffers"] == 17 and result["buffers"] * 4 * 2**20 > 2 * 32 * 2**20
+
+
 def test_a_profile_without_the_curve_streams_at_the_read_plateau(steady_profile):
     """Profiles written before the curve was measured keep estimating as they did."""
     from estimator.efficiency.defaults import GENERIC_ENGINE

@@ -192,6 +192,18 @@ def weight_stream_efficiencies(profile: CalibrationProfile, hw, fmt_name: str) -
     return [min(float(r) / hw.memory_bandwidth_bytes_per_s, 1.0) for r in rates]
 
 
+def weight_stream_eff_at(curve: list, tokens) -> np.ndarray:
+    """The curve (one efficiency per row count of WEIGHT_STREAM_ROWS) at ``tokens`` rows, piecewise linear in
+    log M and flat outside the measured rows; NaN where the device has no curve."""
+    x = np.log(np.clip(np.asarray(tokens, dtype=float), WEIGHT_STREAM_ROWS[0], WEIGHT_STREAM_ROWS[-1]))
+    grid = np.log(WEIGHT_STREAM_ROWS)
+    out = curve[0] + 0 * x
+    for i in range(len(grid) - 1):
+        step = np.clip((x - grid[i]) / (grid[i + 1] - grid[i]), 0.0, 1.0)
+        out = out + step * (curve[i + 1] - curve[i])
+    return out
+
+
 def calibrated_name(profile: CalibrationProfile) -> str:
     return f"{profile.device.name} (calibrated)"
 

@@ -185,6 +185,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
             hw_columns["device_bandwidth_eff"][i] = bandwidth_eff
             if compute_eff is not None:
                 hw_columns["device_compute_eff"][i] = compute_eff
+                hw_columns["calibrated_gemm"][i] = 1.0
             for key in ("eager_layer_s", "eager_expert_s"):
                 hw_columns[key][i] = getattr(profile.summary, key) or np.nan
     hw = on_axis(hw_columns, 1)

@@ -172,6 +172,8 @@ def hardware_columns(devices: Sequence[Hardware], physical_limit: bool = False) 
         "fp16_accumulate_speedup": np.array([compute_ceiling(hw) for hw in devices]),
         "usable_memory_fraction": np.array([d.usable_memory_fraction for d in defaults]),
         "runtime_reserve_bytes": np.array([d.runtime_reserve_bytes for d in defaults]),
+        # 1 where a calibration measured the device's GEMM rate (device_compute_eff is then that rate)
+        "calibrated_gemm": np.zeros(len(devices)),
         # a calibration's measured host time of an eager step (estimator/physics/host_time.py); NaN: none
         "eager_layer_s": np.full(len(devices), np.nan),
         "eager_expert_s": np.full(len(devices), np.nan),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from estimator.efficiency.calibration_profile import WEIGHT_STREAM_ROWS
+from estimator.efficiency.calibration_profile import weight_stream_eff_at
 from estimator.efficiency.defaults import (
     GENERIC_ENGINE,
     EngineDefaults,
@@ -66,7 +66,9 @@ PARTS = ("linear_s", "attention_s", "communication_s", "offload_s", "overhead_s"
 
 def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
     """Datasheet peaks × device efficiency × engine efficiency (docs/architecture.md)."""
-    compute_eff = hw["device_compute_eff"] * compute_eff_by_class(engine)[hw["device_class_code"]]
+    # PyTorch's own GEMMs (torch_kernels) run at a calibration's measured GEMM rate, with no engine factor on top
+    own = engine.torch_kernels & (np.asarray(hw.get("calibrated_gemm", 0.0)) > 0)
+    compute_eff = hw["device_compute_eff"] * np.where(own, 1.0, compute_eff_by_class(engine)[hw["device_class_code"]])
     if engine.fp16_accumulate:   # GeForce: twice the listed FP32-accumulate tensor rate (compute_ceiling)
         compute_eff = compute_eff * hw["fp16_accumulate_speedup"]
     bandwidth = hw["bandwidth_bytes_per_s"] * hw["device_bandwidth_eff"]
@@ -81,18 +83,6 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
         # the attention kernels' own share of the device's bandwidth, not the weight kernels' group factor
         "kv_bytes_per_s": bandwidth * engine.kv_bandwidth_eff,
     }
-
-
-def weight_stream_eff_at(curve: list, tokens) -> np.ndarray:
-    """The curve (one efficiency per row count of WEIGHT_STREAM_ROWS) at ``tokens`` rows, piecewise linear in
-    log M and flat outside the measured rows; NaN where the device has no curve."""
-    x = np.log(np.clip(np.asarray(tokens, dtype=float), WEIGHT_STREAM_ROWS[0], WEIGHT_STREAM_ROWS[-1]))
-    grid = np.log(WEIGHT_STREAM_ROWS)
-    out = curve[0] + 0 * x
-    for i in range(len(grid) - 1):
-        step = np.clip((x - grid[i]) / (grid[i + 1] - grid[i]), 0.0, 1.0)
-        out = out + step * (curve[i + 1] - curve[i])
-    return out
 
 
 @dataclass
