@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from estimator import estimate, sweep
 from estimator.efficiency.defaults import GENERIC_ENGINE, PHYSICAL_LIMIT
 from estimator.evaluation.fixed_batch import effective_rates
-from estimator.evaluation.intervals import band, cell_path, shrunk_quantiles
+from estimator.evaluation.intervals import band, band_remark, cell_path, row_interval, shrunk_quantiles
 from tests.helpers import run
 
 
@@ -142,3 +142,19 @@ def test_host_time_grows_with_the_batch_by_the_per_sequence_cost(db):
     itl = [run(db.models.get("llama-3.1-8b"), db.hardware.get("h100"), B=64, T=128, O=64, ideal=False,
                engine=e)["itl_s"] for e in (base, costly)]
     assert math.isclose(itl[1] - itl[0], 64 * 50e-6, rel_tol=1e-6)
+
+
+def test_an_interval_off_its_estimate_says_which_way_runs_went():
+    """A cell where the model runs fast has its band below the estimate (centred on the held-out median)."""
+    assert band_remark(100.0, 80.0, 120.0, time=False) == ""
+    assert band_remark(100.0, 20.0, 70.0, time=False).endswith("measured slower than estimated")   # speeds below
+    assert band_remark(100.0, 120.0, 300.0, time=False).endswith("measured faster than estimated")
+    assert band_remark(0.05, 0.1, 0.3, time=True).endswith("measured slower than estimated")      # times above
+    assert band_remark(0.05, 0.01, 0.03, time=True).endswith("measured faster than estimated")
+
+
+def test_a_measured_metrics_interval_is_capped_by_physics():
+    # a speed band reaching past the roofline stops at it; a time band below it starts at it
+    assert row_interval(100.0, (0.5, 3.0), 200.0, "decode_tps_per_seq")[:2] == (50.0, 200.0)
+    assert row_interval(10.0, (0.2, 2.0), 8.0, "itl_ms")[:2] == (8.0, 20.0)
+    assert row_interval(100.0, (0.2, 0.7), float("nan"), "throughput_out_tps")[2].endswith("slower than estimated")

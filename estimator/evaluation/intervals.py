@@ -185,6 +185,26 @@ def interval_columns(results: dict, limit: dict, moe: bool, engine: str, vendor:
     return out
 
 
+def row_interval(predicted: float, ratios: tuple[float, float], limit: float, metric: str):
+    """A measured metric's 80% interval (low, high, remark) around ``predicted``: its band ``ratios`` capped by
+    the physical ``limit`` (no speed above it, no time below), and :func:`band_remark`'s note."""
+    low, high = predicted * ratios[0], predicted * ratios[1]
+    time = metric in TIME_METRICS
+    if np.isfinite(limit) and limit > 0:
+        low, high = (max(low, limit), high) if time else (low, min(high, limit))
+    return low, high, band_remark(predicted, low, high, time)
+
+
+def band_remark(value: float, low: float, high: float, time: bool) -> str:
+    """'' when an estimate lies inside its band; else which way held-out runs like it went. A model biased in a
+    cell puts its band off the estimate (the band is centred on the held-out residuals' median), and a user
+    reading both should know which to trust."""
+    if low <= value <= high:
+        return ""
+    faster = (value > high) == time   # a time above its band, or a speed below it: runs were faster
+    return f"held-out runs like this one measured {'faster' if faster else 'slower'} than estimated"
+
+
 def _finite(value) -> bool:
     return value is not None and bool(np.isfinite(value)) and value > 0
 

@@ -14,6 +14,7 @@ from estimator.efficiency.defaults import memory_utilization
 from estimator.efficiency.engine_profiles import engine
 from estimator.evaluation.api import Estimate
 from estimator.evaluation.columns import FALLBACK_LINK_BYTES_PER_S
+from estimator.evaluation.intervals import band_remark
 from estimator.formatting import NOT_AVAILABLE, gigabytes, rate, seconds, table
 from estimator.reporting.measured import format_measured
 from estimator.reporting.verify import format_verify
@@ -201,7 +202,9 @@ def _range(r: dict, key: str, fmt) -> str:
     """' (80%: low-high)' when the estimate carries an interval for ``key``."""
     if f"{key}_low" not in r:
         return ""
-    return f"  (80%: {fmt(r[key + '_low'])} - {fmt(r[key + '_high'])})"
+    low, high = r[f"{key}_low"], r[f"{key}_high"]
+    remark = band_remark(r[key], low, high, key.endswith("_s"))
+    return f"  (80%: {fmt(low)} - {fmt(high)}{'; ' + remark if remark else ''})"
 
 
 def _speed_rows(r: dict) -> list[tuple[str, str]]:

@@ -45,7 +45,7 @@ from estimator.errors import (
 )
 from estimator.evaluation.api import resolve_model
 from estimator.evaluation.configurations import Configuration, ConfigurationColumns
-from estimator.evaluation.intervals import TIME_METRICS, default_backend, measurement_band, measurement_regime
+from estimator.evaluation.intervals import default_backend, measurement_band, measurement_regime, row_interval
 from estimator.serving.continuous_batching import with_slot_wait
 from estimator.serving.workload import Layout, ServingOptions, check_layout, scale_up_domain
 from estimator.specs.database import Database, load_database
@@ -401,11 +401,10 @@ def _fill(result: dict, r: dict, limit: dict, resolved: Resolved, j: int, row: d
     found = measurement_band(metric, regime, config.model.shape.moe, resolved.engines[j], config.hardware.vendor,
                              config.hardware.device_class.value, _cell(row, "backend"))
     if found and math.isfinite(predicted):
-        low, high = predicted * found[0], predicted * found[1]
-        bound = float(limit[column]) * factor     # the physical roofline: no speed above it, no time below
-        if math.isfinite(bound) and bound > 0:
-            low, high = (max(low, bound), high) if metric in TIME_METRICS else (low, min(high, bound))
+        low, high, remark = row_interval(predicted, found, float(limit[column]) * factor, metric)
         result["predicted_low"], result["predicted_high"] = f"{low:.6g}", f"{high:.6g}"
+        if remark:
+            result["reason"] = "; ".join(filter(None, (result["reason"], f"the interval excludes it: {remark}")))
     measured = result["measured"]
     if measured not in ("", None) and math.isfinite(predicted):
         value = float(measured)
