@@ -190,8 +190,7 @@ def row_interval(predicted: float, ratios: tuple[float, float], limit: float, me
     the physical ``limit`` (no speed above it, no time below), and :func:`band_remark`'s note."""
     low, high = predicted * ratios[0], predicted * ratios[1]
     time = metric in TIME_METRICS
-    if np.isfinite(limit) and limit > 0:
-        low, high = (max(low, limit), high) if time else (low, min(high, limit))
+    low, high = (_cap_time(low, limit), high) if time else (low, _cap_speed(high, limit))
     return low, high, band_remark(predicted, low, high, time)
 
 
