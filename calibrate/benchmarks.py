@@ -117,6 +117,29 @@ def attention(torch, device, dtype, seq, *, heads=8, head_dim=128, reps=5) -> di
             "flops_per_s": flops / t.median_s}
 
 
+def kv_expand(torch, device, dtype, size_bytes, *, llc_bytes, budget_bytes, group=4, kv_heads=8, head_dim=128,
+              reps=10) -> dict:
+    """Grouped keys copied out to one head per query head, as Hugging Face's repeat_kv does before attention.
+
+    A cache slice of ``size_bytes`` (batch 16, 8 KV heads of 128, its length the rest) is expanded ``group``
+    times with repeat_interleave over the head axis, as the reference decoder (calibrate/decoder.py) does every
+    layer; bytes moved count the compact read and the expanded write. The slice leaves room in the cache for
+    the tokens still to come, as a decode step's does, so the copy reads strided rows."""
+    batch, element = 16, ELEMENT_BYTES[dtype]
+    seq = max(1, int(size_bytes // (batch * kv_heads * head_dim * element)))
+    k = _rotation(size_bytes * (1 + group), llc_bytes, budget_bytes)
+    caches = [torch.randn(batch, kv_heads, seq + 16, head_dim, device=device, dtype=_dtype(torch, dtype))
+              for _ in range(k)]
+    views = [c[:, :, :seq] for c in caches]
+    want = views[0][:, :, None].expand(batch, kv_heads, group, seq, head_dim).reshape(batch, -1, seq, head_dim)
+    if not torch.equal(views[0].repeat_interleave(group, 1), want):
+        raise CheckFailed("repeat_interleave differs from an expanded view of its input")
+    t = measure(torch, device, lambda i: views[i % k].repeat_interleave(group, 1), reps=reps)
+    compact = batch * kv_heads * seq * head_dim * element
+    return {"dtype": dtype, "group": group, "buffers": k, "compact_bytes": float(compact), **t.as_dict(),
+            "bytes_per_s": (1 + group) * compact / t.median_s}
+
+
 def launch_overhead(torch, device, reps=20) -> dict:
     """A 1-element in-place add: the cost of launching one tiny kernel."""
     x = torch.zeros(1, device=device)

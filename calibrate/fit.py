@@ -61,6 +61,7 @@ def fit_summary(measurements: list[dict], llc_bytes: float, hardware: Hardware |
         "sync_overhead_s": _first(measurements, "sync", "per_sync_s"),
         "eager_layer_s": _positive(_first(measurements, "eager_host", "per_layer_s")),
         "eager_expert_s": _positive(_first(measurements, "eager_host", "per_expert_s")),
+        "kv_expand_bytes_per_s": _first(measurements, "kv_expand", "bytes_per_s"),
         "host_to_device_bytes_per_s": _host(measurements, to_device=True),
         "device_to_host_bytes_per_s": _host(measurements, to_device=False),
     }

@@ -37,6 +37,7 @@ class Plan:
     attention_seqs: tuple[int, ...]
     host_bytes: int
     reps: int
+    kv_expand_bytes: int   # the grouped KV cache a head expansion copies (compact size)
 
 
 def plan_for(device: str, mode: str) -> Plan:
@@ -60,6 +61,7 @@ def plan_for(device: str, mode: str) -> Plan:
                                                                                    (256, 1024, 2048)),
         host_bytes=256 * MiB if quick else 1 * GiB,
         reps=10 if quick else 20,
+        kv_expand_bytes=(64 * MiB if quick else 256 * MiB) if gpu else (16 * MiB if quick else 64 * MiB),
     )
 
 
@@ -101,6 +103,8 @@ def _tasks(torch, device: str, plan: Plan, llc: float, budget: float) -> list[tu
     attention_dtype = "fp32" if device == "cpu" else "bf16" if device == "cuda" else "fp16"
     tasks += [("attention", {"seq": s}, lambda s=s: bm.attention(torch, device, attention_dtype, s))
               for s in plan.attention_seqs]
+    tasks.append(("kv_expand", {"size_bytes": plan.kv_expand_bytes}, lambda: bm.kv_expand(
+        torch, device, attention_dtype, plan.kv_expand_bytes, llc_bytes=llc, budget_bytes=budget, reps=reps)))
     tasks += [("launch", {}, lambda: bm.launch_overhead(torch, device)),
               ("small_op_chain", {}, lambda: bm.small_op_chain(torch, device)),
               ("eager_host", {}, lambda: bm.eager_host(torch, device, attention_dtype, reps))]
@@ -164,7 +168,7 @@ def tiny_plan(device: str) -> Plan:
     """The smallest useful plan (tests, CI): a few seconds on two CPU cores."""
     return replace(plan_for(device, "quick"), bandwidth_sizes=(1 * MiB, 8 * MiB, 64 * MiB),
                    matmul_shapes=((1024, 1024),), matmul_rows=(1, 4, 16, 64), gemm_sizes=(64, 512),
-                   attention_seqs=(128,), reps=5)
+                   attention_seqs=(128,), reps=5, kv_expand_bytes=4 * MiB)
 
 
 def stderr_progress(line: str) -> None:

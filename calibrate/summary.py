@@ -32,6 +32,8 @@ def format_profile(profile: CalibrationProfile, hardware: Hardware | None) -> st
              for d, curve in s.weight_stream_bytes_per_s.items() for m, r in sorted(curve.items()) if m > 1]
     if s.attention_flops_per_s:
         rows.append(("fused attention (SDPA)", _rate(s.attention_flops_per_s, "TFLOPS", TFLOPS), "", ""))
+    if s.kv_expand_bytes_per_s:
+        rows.append(("grouped KV expanded (read + write)", _rate(s.kv_expand_bytes_per_s, "GB/s", GB), "", ""))
     for label, value in (("kernel launch", s.launch_overhead_s), ("small op in a chain", s.small_op_chain_s_per_op),
                          ("device synchronize", s.sync_overhead_s), ("eager decoder layer (host)", s.eager_layer_s),
                          ("eager routed expert (host)", s.eager_expert_s)):

@@ -23,9 +23,9 @@ def test_per_layer_host_time_overlaps_an_accelerator_and_adds_on_a_cpu():
     queued, fixed = pass_host_time(5e-4, 0.0, DENSE, 1.0, 1, 1, 0.0, 0.0, overlapped=True)
     assert queued == pytest.approx(16e-3) and fixed == 0
     flops = {"linear": 0.0, "head": 0.0, "attention": 0.0}
-    bytes_ = {"weights": 4e9, "activations": 0.0}
+    bytes_ = {"weights": 4e9, "activations": 0.0, "kv_expand": 0.0, "elementwise": 0.0}
     rates = {"linear_flops_per_s": 1e15, "attention_flops_per_s": 1e15, "weight_bytes_per_s": 1e12,
-             "kv_bytes_per_s": 1e12}
+             "kv_bytes_per_s": 1e12, "kv_expand_bytes_per_s": 1e12, "stream_bytes_per_s": 1e12}
     on_gpu = pass_time(flops, bytes_, rates, 1.0, fixed, overlapped_host_s=queued)
     assert on_gpu["time_s"] == pytest.approx(16e-3) and on_gpu["overhead_s"] == pytest.approx(12e-3)
     queued, fixed = pass_host_time(5e-4, 0.0, DENSE, 1.0, 1, 1, 0.0, 0.0, overlapped=False)
@@ -56,8 +56,8 @@ def test_only_an_eager_engine_takes_the_calibrations_host_times():
 
 
 def test_a_calibrated_h200_runs_eager_decode_at_its_measured_host_cost():
-    """Llama-3.1-8B bf16 at batch 1 on the H200 profile: transformers is host-bound (32 x 0.59 ms of launches
-    against ~4.4 ms of weights), vLLM is not; doubling the measured host cost doubles the eager step."""
+    """Llama-3.1-8B bf16 at batch 1 on the H200 profile: transformers is host-bound (32 x 0.34 ms of launches
+    against ~4.3 ms of weights), vLLM is not; doubling the measured host cost doubles the eager step."""
     profile = load_profile(H200_PROFILE)
     args = {"weight_format": "bf16", "batch": 1, "prompt_tokens": 512, "output_tokens": 16, "calibration": profile}
     eager = estimate("llama-3.1-8b", "h200", engine="transformers", **args)
@@ -68,6 +68,6 @@ def test_a_calibrated_h200_runs_eager_decode_at_its_measured_host_cost():
     doubled = estimate("llama-3.1-8b", "h200", engine="transformers", **{**args, "calibration": slower})
     assert 1 / doubled.decode_tps_per_seq == pytest.approx(2 * step, rel=0.1)
     served = estimate("llama-3.1-8b", "h200", engine="vllm", **args)
-    assert served.decode_tps_per_seq > 2 * eager.decode_tps_per_seq
+    assert served.decode_tps_per_seq > 1.5 * eager.decode_tps_per_seq
     assert estimate("llama-3.1-8b", "h200", engine="vllm", **{**args, "calibration": slower}).decode_tps_per_seq \
         == pytest.approx(served.decode_tps_per_seq)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from estimator import cli
+from estimator.efficiency.calibration_profile import SCHEMA_VERSION
 from estimator.errors import ConfigurationError, DatabaseError, UnknownNameError, read_text, write_atomically
 from estimator.formatting import gigabytes, rate, seconds, to_json
 
@@ -116,7 +117,7 @@ def test_yaml_infinities_and_nans_are_refused(tmp_path):
     ("    fp32: 168602726008.0278", "    fp32: -5", "summary.gemm_flops_per_s.fp32 = -5 is not a measured rate"),
     ("  read_bandwidth_bytes_per_s: 30958385346.13745", "  read_bandwidth_bytes_per_s: .inf",
      "summary.read_bandwidth_bytes_per_s is not a finite number"),
-    ("schema_version: 1", "schema_version: 1\nschema_version: 3", "not a valid calibration profile"),
+    ("schema_version: 1", f"schema_version: 1\nschema_version: {SCHEMA_VERSION + 1}", "not a valid calibration profile"),
 ])
 def test_a_calibration_profile_with_rates_no_device_measures_is_refused(tmp_path, line, replacement, message):
     text = Path(PROFILE).read_text()

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from estimator.errors import DatabaseError, load_yaml_model
 
-SCHEMA_VERSION = 2   # 2: summary gained eager_layer_s, eager_expert_s (version 1 files still load)
+SCHEMA_VERSION = 3   # 2: summary gained eager_layer_s, eager_expert_s; 3: kv_expand_bytes_per_s (older files load)
 ENV_DIR = "ROOFLINE_CALIBRATION_DIR"
 
 
@@ -73,6 +73,9 @@ class Summary(BaseModel):
     eager_expert_s: float | None = Field(
         default=None, gt=0, description="host time per routed expert an eager MoE layer runs (the same decoder with "
                                         "every one of 8 experts routed, over the dense layer)")
+    kv_expand_bytes_per_s: float | None = Field(
+        default=None, gt=0, description="grouped KV heads copied out to one per query head (repeat_interleave, as "
+                                        "Hugging Face's repeat_kv): compact bytes read + expanded bytes written / s")
     host_to_device_bytes_per_s: dict[str, float] = Field(default_factory=dict)
     device_to_host_bytes_per_s: dict[str, float] = Field(default_factory=dict)
     bandwidth_efficiency: float | None = Field(default=None, gt=0, description="read plateau / datasheet")

@@ -84,6 +84,15 @@ class EngineDefaults(Frozen):
         default=False, description="it runs a prompt in physical micro-batches of ubatch_tokens (llama.cpp's "
                                    "n_ubatch): a MoE prefill touches its experts once per micro-batch, so its "
                                    "grouped GEMMs pay their tile padding per micro-batch; a property, never fitted")
+    expands_grouped_kv: bool = Field(
+        default=False, description="attention expands grouped KV heads to one per query head before it attends "
+                                   "(Hugging Face's repeat_kv, a repeat_interleave): each pass copies the cache it "
+                                   "reads g = n_h/n_kv times over and attention reads the copy; a property of the "
+                                   "engine's code, never fitted")
+    unfused_elementwise: bool = Field(
+        default=False, description="it runs each elementwise op (norm, residual add, activation, gate product) as a "
+                                   "kernel of its own, one pass over the tensor each (eager PyTorch): those passes "
+                                   "add to the linear layers' time; a property of the engine's code, never fitted")
     eager_host: bool = Field(
         default=False, description="it launches its ops one at a time from Python (eager PyTorch): on a calibrated "
                                    "device the profile's measured host time per layer and per routed expert "
@@ -138,6 +147,11 @@ GENERIC_ENGINE = EngineDefaults(
           "per-step 100 us and per-layer 10 us are the order of BLIS's fitted 126 us/step and 32 us/layer "
           "with CUDA graphs reducing launch costs; one decode-sized all-reduce costs ~20 us (LLMCompass measured "
           "26 us on 4xA100 NVLink, AIConfigurator assumes 10 us p2p latency on H100/H200)")
+
+# PyTorch's repeat_interleave of a strided cache slice (a generic elementwise kernel) against a plain copy, both
+# measured in one calibration run: H200 1.23 of 4.21 TB/s (0.29), a 2-core EPYC VM 5.3 of 34 GB/s (0.16). The
+# GPU's share is the expansion copy's rate on a device without a measurement of its own (docs/formulas.md §13).
+KV_EXPAND_COPY_SHARE = 0.29
 
 # The roofline at 100% of the datasheet, with no fixed costs: what no engine can beat. Prediction
 # intervals are capped by it, and fitted efficiencies are bounded below it (docs/formulas.md §9).

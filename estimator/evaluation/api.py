@@ -186,7 +186,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
             if compute_eff is not None:
                 hw_columns["device_compute_eff"][i] = compute_eff
                 hw_columns["calibrated_gemm"][i] = 1.0
-            for key in ("eager_layer_s", "eager_expert_s"):
+            for key in ("eager_layer_s", "eager_expert_s", "kv_expand_bytes_per_s"):
                 hw_columns[key][i] = getattr(profile.summary, key) or np.nan
     hw = on_axis(hw_columns, 1)
     stream = weight_stream_columns(devices, fmts, calibrations or {}, physical_limit)

@@ -18,6 +18,7 @@ from estimator.efficiency.defaults import CLASS_ORDER, GENERIC_ENGINE, EngineDef
 from estimator.errors import ConfigurationError
 from estimator.physics.flops import STATE_FLOPS_PER_ELEMENT
 from estimator.physics.params import count_params, mlp_matrices
+from estimator.physics.traffic import unfused_elementwise_bytes_per_token
 from estimator.specs.formats import KVFormat, WeightFormat
 from estimator.specs.hardware import Hardware
 from estimator.specs.model import ModelSpec
@@ -93,6 +94,7 @@ def _model_row(model: ModelSpec) -> dict[str, float]:
             + 4 * s.hidden_size                                                         # norms, residual adds
             + _gemma3n_io(s)),
         "ffn_width": ffn_width * (n_mat - 1),
+        "unfused_elementwise_bytes_per_token": unfused_elementwise_bytes_per_token(s, p.num_moe_layers),
         **mechanism_columns(s, p),
     }
 
@@ -177,6 +179,8 @@ def hardware_columns(devices: Sequence[Hardware], physical_limit: bool = False) 
         # a calibration's measured host time of an eager step (estimator/physics/host_time.py); NaN: none
         "eager_layer_s": np.full(len(devices), np.nan),
         "eager_expert_s": np.full(len(devices), np.nan),
+        # a calibration's measured rate of grouped KV heads copied out per query head (repeat_kv); NaN: none
+        "kv_expand_bytes_per_s": np.full(len(devices), np.nan),
     }
 
 

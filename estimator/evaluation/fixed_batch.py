@@ -16,6 +16,7 @@ import numpy as np
 from estimator.efficiency.calibration_profile import weight_stream_eff_at
 from estimator.efficiency.defaults import (
     GENERIC_ENGINE,
+    KV_EXPAND_COPY_SHARE,
     EngineDefaults,
     bandwidth_scale_by_class,
     compute_eff_by_class,
@@ -80,8 +81,13 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
         "attention_flops_per_s": hw["attention_flops_per_s"] * compute_eff,
         "weight_bytes_per_s": bandwidth * weight_scale * f["engine_bandwidth_eff"],
         "weight_engine_factor": weight_engine_factor,   # the engine's share of the device's weight stream
+        "stream_bytes_per_s": bandwidth,   # contiguous elementwise kernels: the device's own rate
         # the attention kernels' own share of the device's bandwidth, not the weight kernels' group factor
         "kv_bytes_per_s": bandwidth * engine.kv_bandwidth_eff,
+        # grouped KV heads copied out per query head: PyTorch's own copy kernel, with no engine factor (as
+        # torch_kernels GEMMs), at a calibration's measured rate, else its measured share of the device's
+        "kv_expand_bytes_per_s": np.where(np.isfinite(kv_expand := hw.get("kv_expand_bytes_per_s", np.nan)),
+                                          kv_expand, bandwidth * KV_EXPAND_COPY_SHARE),
     }
 
 
@@ -225,7 +231,7 @@ def _busiest_attention_rank(s: _Setup, flops: dict, bytes_: dict, b) -> tuple[di
         return flops, bytes_
     uneven = np.where(s.attention_dp > 0, np.maximum(s.tp / np.maximum(b, 1e-12), 1.0), 1.0)
     return ({**flops, "attention": flops["attention"] * uneven},
-            {k: v if k in ("weights", "activations") else v * uneven for k, v in bytes_.items()})
+            {k: v if k in ("weights", "activations", "elementwise") else v * uneven for k, v in bytes_.items()})
 
 
 def _host_step_s(s: _Setup, b, micro):
@@ -239,7 +245,9 @@ def _decode(s: _Setup, b, micro, spans, q=1):
     span_topk = np.where(s.m["attn_topk"] > 0, span_topk, span_global)   # a draft model may have no top-k cap
     flops = fl.decode_flops(s.m, b, span_global, span_local, span_topk, q=q)
     bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, span_global, span_local, s.tp, s.serving["fused_attention"],
-                             q=q, span_topk=span_topk, attention_dp=s.attention_dp)
+                             q=q, span_topk=span_topk, attention_dp=s.attention_dp,
+                             expansion=tr.kv_head_expansion(s.m, s.engine.expands_grouped_kv),
+                             unfused_ops=s.engine.unfused_elementwise)
     flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
         flops, bytes_ = _skewed(s, flops, bytes_, b * q)
@@ -252,7 +260,9 @@ def _prefill(s: _Setup, b, micro, T, cached):
     """Ledgers and phase times of prefilling micro-batches of b prompts past ``cached`` tokens."""
     flops = fl.prefill_flops(s.m, b, T, cached)
     bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, s.serving["fused_attention"], cached,
-                              attention_dp=s.attention_dp)
+                              attention_dp=s.attention_dp,
+                              expansion=tr.kv_head_expansion(s.m, s.engine.expands_grouped_kv),
+                              unfused_ops=s.engine.unfused_elementwise)
     flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     new_tokens = b * (T - cached)
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):

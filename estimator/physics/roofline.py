@@ -31,7 +31,9 @@ def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0, 
         Ledgers from :mod:`estimator.physics.flops` and :mod:`estimator.physics.traffic`.
     rates : dict
         Effective per-device rates: ``linear_flops_per_s``, ``attention_flops_per_s``,
-        ``weight_bytes_per_s`` and ``kv_bytes_per_s``.
+        ``weight_bytes_per_s``, ``kv_bytes_per_s``, ``kv_expand_bytes_per_s`` (the copy that expands
+        grouped KV heads, ledger term ``kv_expand``) and ``stream_bytes_per_s`` (unfused elementwise ops,
+        ledger term ``elementwise``, timed with the linear layers they sit between).
     n_devices : array
         Devices sharing the ledgers evenly.
     overhead_s, communication_s, offload_s : array
@@ -44,8 +46,8 @@ def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0, 
 
     Notes
     -----
-    t = max(max(F_lin / R_c, B_lin / R_w) + max(F_att / R_att, B_att / R_kv) + t_comm + t_offload, t_host)
-        + t_fixed,
+    t = max(max(F_lin / R_c, B_lin / R_w) + B_elt / R_s + max(F_att / R_att, B_att / R_kv + B_exp / R_exp)
+            + t_comm + t_offload, t_host) + t_fixed,
     every ledger term divided by the devices that share it. The bound is the largest of
     the roofline part (memory or compute, whichever its kernels wait on), the
     communication, the offload transfers and the fixed overheads.
@@ -53,13 +55,17 @@ def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0, 
     n = np.asarray(n_devices, dtype=float)
     linear_compute_s = (flops["linear"] + flops["head"]) / (n * rates["linear_flops_per_s"])
     linear_memory_s = (bytes_["weights"] + bytes_["activations"]) / (n * rates["weight_bytes_per_s"])
-    attention_bytes = sum(v for k, v in bytes_.items() if k not in ("weights", "activations"))
+    # unfused elementwise ops are kernels of their own beside the GEMMs: their passes add, at the stream rate
+    elementwise_s = bytes_["elementwise"] / (n * rates["stream_bytes_per_s"])
+    attention_bytes = sum(v for k, v in bytes_.items()
+                          if k not in ("weights", "activations", "kv_expand", "elementwise"))
     attention_compute_s = flops["attention"] / (n * rates["attention_flops_per_s"])
-    attention_memory_s = attention_bytes / (n * rates["kv_bytes_per_s"])
-    linear_s = np.maximum(linear_compute_s, linear_memory_s)
+    attention_memory_s = (attention_bytes / (n * rates["kv_bytes_per_s"])
+                          + bytes_["kv_expand"] / (n * rates["kv_expand_bytes_per_s"]))
+    linear_s = np.maximum(linear_compute_s, linear_memory_s) + elementwise_s
     attention_s = np.maximum(attention_compute_s, attention_memory_s)
     compute_s = linear_compute_s + attention_compute_s
-    memory_s = linear_memory_s + attention_memory_s
+    memory_s = linear_memory_s + attention_memory_s + elementwise_s
     roofline_s = linear_s + attention_s
     zero = 0 * roofline_s
     overhead_s = overhead_s + np.maximum(overlapped_host_s - (roofline_s + communication_s + offload_s), 0.0)

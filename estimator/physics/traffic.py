@@ -26,6 +26,10 @@ Gated DeltaNet layers hold a fixed-size state per sequence instead of a cache,
 read and rewritten every decode step; a sparse-attention indexer adds a key per
 token that is read over the whole context while attention reads only the top k;
 per-layer embeddings stay in host memory, a row per token (docs/formulas.md §15).
+
+An eager engine moves more (docs/formulas.md §13): Hugging Face's attention copies grouped KV heads
+out to one per query head before it attends (``kv_expand``), and each of its elementwise ops is a
+pass of its own over its tensor (``elementwise``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,35 @@ UNFUSED_SCORE_PASSES = 4      # write QKᵀ, read it for softmax, write P, read 
 # back: docs/formulas.md §15.1.
 STATE_BITS = 16
 STATE_CHUNK_TOKENS = 64
+
+
+# An engine that runs each elementwise op as its own kernel (eager PyTorch, Hugging Face's decoder layer) makes
+# one pass over the op's tensor per op, 16-bit activations and the norm's statistics in fp32 (docs/formulas.md §13):
+UNFUSED_NORM_RESIDUAL_BYTES = 48   # per element of d: two RMSNorms (to fp32 2+4, square 4+4, mean 4, scale 2+2)
+#                                    and two residual adds (2+2+2), less the 8 the activation ledger counts
+UNFUSED_HEADS_BYTES = 4            # per element of n_h·d_h: attention's output transposed back to rows (2+2)
+UNFUSED_GATE_BYTES = 10            # per element of the gated FFN width: SiLU (2+2) and the gate product (4+2)
+
+
+def unfused_elementwise_bytes_per_token(s, moe_layers: int) -> float:
+    """Bytes one token's elementwise ops move over every layer when each runs as its own kernel, beyond the
+    fused norms and residual adds the activation ledger counts (docs/formulas.md §13).
+
+    Per layer: 48·d (two RMSNorms at 22 bytes per element of d, two residual adds at 6, less the 8 counted),
+    4·n_h·d_h (attention's output transposed back to rows) and 10 per element of the gated FFN width a token
+    runs (SiLU 2 + 2, the gate product 4 + 2): the op sequence of Hugging Face's eager decoder layer, which
+    calibrate/decoder.py reproduces.
+    """
+    dense_layers = s.num_layers - moe_layers
+    routed = 0 if s.moe is None else (s.moe.experts_per_token * s.moe.expert_intermediate_size
+                                      + s.moe.num_shared_experts * s.moe.shared_width)
+    per_layer = (UNFUSED_NORM_RESIDUAL_BYTES * s.hidden_size + UNFUSED_HEADS_BYTES * s.num_attention_heads * s.head_dim)
+    return s.num_layers * per_layer + UNFUSED_GATE_BYTES * (dense_layers * s.intermediate_size + moe_layers * routed)
+
+
+def unfused_elementwise_bytes(m, tokens, unfused_ops):
+    """Bytes the unfused elementwise ops of a pass over ``tokens`` tokens move (nothing for a fused engine)."""
+    return np.where(np.asarray(unfused_ops, dtype=bool), tokens * m["unfused_elementwise_bytes_per_token"], 0.0)
 
 
 def expected_experts(E, k, tokens):
@@ -157,12 +190,29 @@ def activation_bytes(m, f, tokens):
     return tokens * (per_token + embedding_rows + m["ple_elems_per_token"] * f["embedding_bits"] / 8)
 
 
-def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0, attention_dp=0):
+def kv_head_expansion(m, expands):
+    """Heads attention reads per cached KV head: g = n_h / n_kv where the engine copies grouped heads out to
+    one per query head before attending (Hugging Face's repeat_kv, ``expands``), else 1. An MLA latent is
+    not a grouped head (docs/formulas.md §13)."""
+    grouped = np.asarray(expands, dtype=bool) & (m["is_mla"] == 0) & (m["kv_heads"] > 0)
+    return np.where(grouped, m["heads"] / np.where(m["kv_heads"] > 0, m["kv_heads"], 1.0), 1.0)
+
+
+def _expansion_copy(cache_read, expansion):
+    """Bytes of the copy that expands ``cache_read`` bytes of grouped heads g times: the compact read and the
+    g-times write, (1 + g)·cache_read; nothing where g = 1 (docs/formulas.md §13)."""
+    return np.where(expansion > 1, (1 + expansion) * cache_read, 0.0)
+
+
+def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0, attention_dp=0, expansion=1.0,
+                  unfused_ops=False):
     """Bytes moved to prefill B prompts of T tokens, the first ``cached`` already in the cache (replica totals).
 
     Under sparse attention the latents are re-read per query tile over the capped pairs and the indexer
     keys over all pairs; Gated DeltaNet layers write their per-chunk states and the final one
-    (docs/formulas.md §15).
+    (docs/formulas.md §15). Where an engine expands grouped KV heads ``expansion`` times (g,
+    :func:`kv_head_expansion`), each layer copies the prompt's whole cache out and attention reads the copy;
+    where it runs its elementwise ops unfused (``unfused_ops``), each is a pass of its own (``elementwise``).
     """
     new = T - cached
     tokens = B * new
@@ -173,8 +223,8 @@ def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0, attention_
     pairs = prefill_pairs(m, T, cached)
     # fused: each query tile re-reads the K/V its rows attend to; unfused: K/V once plus the scores
     kv_rereads = np.maximum(pairs / FLASH_QUERY_TILE, m["attn_layers"] * T)
-    fused = B * latent_layer * kv_rereads + B * _indexer_prefill_reads(m, T, cached) * copies
-    unfused = B * (kv_layer * m["attn_layers"] * T
+    fused = B * latent_layer * kv_rereads * expansion + B * _indexer_prefill_reads(m, T, cached) * copies
+    unfused = B * (kv_layer * m["attn_layers"] * T * expansion
                    + UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * m["attn_layers"] * new * T)
     q_and_out = 2 * tokens * m["attn_layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
     state = state_bytes_per_sequence(m, kv_tp)
@@ -183,6 +233,8 @@ def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0, attention_
         "kv_write": tokens * m["kv_layers"] * kv_layer + B * state,
         "activations": activation_bytes(m, f, tokens) + B * m["vocab"] * LOGIT_BYTES,
         "attention": np.where(fused_attention, fused, unfused) + q_and_out + B * _chunk_state_bytes(m, kv_tp, new),
+        "kv_expand": _expansion_copy(B * latent_layer * m["attn_layers"] * T, expansion),
+        "elementwise": unfused_elementwise_bytes(m, tokens, unfused_ops),
     }
 
 
@@ -205,14 +257,18 @@ def _chunk_state_bytes(m, tp, new):
 
 
 def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention, q=1, span_topk=None,
-                 attention_dp=0):
+                 attention_dp=0, expansion=1.0, unfused_ops=False):
     """Bytes moved by one decode step of B sequences with ``q`` new tokens each (replica totals).
 
     Verifying q = γ + 1 drafted tokens reads the weights and each sequence's KV
     cache once, as a single decode step does; only the new tokens' KV writes,
     activations and scores grow with q (docs/formulas.md §10). Sparse attention reads
     the latents of min(S, k_top) tokens (``span_topk``) and the indexer keys of all S;
-    a Gated DeltaNet state is read once and written for every new token (docs/formulas.md §15).
+    a Gated DeltaNet state is read once and written for every new token (docs/formulas.md §15). Where an
+    engine expands grouped KV heads ``expansion`` times (g, :func:`kv_head_expansion`), the step copies the
+    cache it attends to out g times and attention reads the copy: (1 + 2g) times the cache read in all;
+    an engine that runs its elementwise ops unfused (``unfused_ops``) makes a pass of its own for each
+    (``elementwise``).
     """
     kv_tp = kv_split_ranks(tp, attention_dp)
     copies = kv_replication(m, kv_tp)
@@ -228,10 +284,12 @@ def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention,
     indexed = m["index_key_bytes_per_token_layer"] * copies * m["attn_layers"] * span_global
     return {
         "weights": weight_bytes_streamed(m, f, tokens) + replicated_attention_bytes(m, f, tp, attention_dp),
-        "kv_read": B * latent_layer * attended + B * indexed + B * state,
+        "kv_read": B * latent_layer * attended * expansion + B * indexed + B * state,
         "kv_write": tokens * kv_layer * m["kv_layers"] + tokens * state,
         "activations": activation_bytes(m, f, tokens) + tokens * m["vocab"] * LOGIT_BYTES,
         "attention": np.where(fused_attention, 0.0, scores) + q_and_out,
+        "kv_expand": _expansion_copy(B * latent_layer * attended, expansion),
+        "elementwise": unfused_elementwise_bytes(m, tokens, unfused_ops),
     }
 
 

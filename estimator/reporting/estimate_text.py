@@ -34,6 +34,10 @@ DEFINITIONS = (
     "exponential tail), request lengths fixed or from --lengths (a request's own prefill and output at their "
     "quantile), E2E p99 by a normal approximation (docs/formulas.md §14).",
 )
+# Shown when the engine pays them: the byte terms only an eager engine has.
+EAGER_BYTES_DEFINITION = ("Bytes of an eager engine: kv expand = grouped KV heads copied out to one per query head "
+                          "before attention (and the copy read back), elementwise = a pass of its own for each unfused "
+                          "elementwise op (docs/formulas.md §13).")
 
 
 def _host_link(hw) -> str:
@@ -159,7 +163,8 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
                   table(_ledger_rows(r, "decode_bytes", gigabytes))]
     parts += ["", f"Efficiencies: {e.efficiency_source}.", f"Intervals: {r.get('interval_basis', 'none')}."]
     parts += local_sections(measured, verify)
-    parts += ["", "Definitions"] + [f"  {d}" for d in DEFINITIONS]
+    eager = r.get("decode_bytes_kv_expand") or r.get("decode_bytes_elementwise")
+    parts += ["", "Definitions"] + [f"  {d}" for d in DEFINITIONS + ((EAGER_BYTES_DEFINITION,) if eager else ())]
     parts += [f"warning: {w}" for w in e.warnings]
     return "\n".join(parts)
 
@@ -245,7 +250,8 @@ def _time_rows(r: dict) -> list[tuple[str, str, str]]:
 
 
 def _ledger_rows(r: dict, prefix: str, fmt) -> list[tuple[str, str]]:
-    terms = [k for k in r if k.startswith(prefix + "_") and not k.endswith("_total")]
+    """The ledger's terms, less those this engine does not pay (an eager engine's KV-head copy, say)."""
+    terms = [k for k in r if k.startswith(prefix + "_") and not k.endswith("_total") and r[k] != 0]
     rows = [(k[len(prefix) + 1:].replace("_", " "), fmt(r[k])) for k in terms]
     return rows + [("total", fmt(r[f"{prefix}_total"]))]
 

@@ -76,8 +76,8 @@ LOWER = np.array([*[0.05] * 6, *[0.01] * 3, 1e-6, 1e-7, 1e-8, 0.01, 0.05])
 UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4, 1e-4, 1024.0, 0.95])
 # An engine that issues its ops one at a time from Python (eager PyTorch) pays the host's time per op on
 # every layer: about 35 ops (norms, projections, attention, the KV-cache writes and GQA expansion, MLP) at
-# the 10-25 us a launched op costs from Python (the H200 profile in hardware_db/calibrations/ measured 9.3 us
-# for a bare launch and 23.4 us per op of a small-op chain; docs/formulas.md §13). Its prior is 0.5 ms per
+# the 10-25 us a launched op costs from Python (two H200 profiles, in two VMs, measured 9.3 and 6.2 us for a
+# bare launch and 23.4 and 18.6 us per op of a small-op chain; docs/formulas.md §13). Its prior is 0.5 ms per
 # layer and its bound 2 ms, not the 100 us of an engine that launches whole graphs.
 EAGER_PRIOR_PER_LAYER_S = 5e-4
 EAGER_MAX_PER_LAYER_S = 2e-3
@@ -105,7 +105,8 @@ TYPICAL_LOG_EFF = np.log([*[TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS] * 2
 
 # What an engine's kernels and host loop are (FP16 accumulation, PyTorch's own GEMMs, eager launches and their
 # cost per routed expert, prompts run in micro-batches): carried from its profile into a fit, never fitted.
-KERNEL_PROPERTIES = ("fp16_accumulate", "torch_kernels", "eager_host", "per_expert_s", "prefill_in_ubatches")
+KERNEL_PROPERTIES = ("fp16_accumulate", "torch_kernels", "eager_host", "per_expert_s", "prefill_in_ubatches",
+                     "expands_grouped_kv", "unfused_elementwise")
 # How the engine budgets memory: its own defaults whatever the backend, so a variant takes its engine's.
 MEMORY_PROPERTIES = ("memory_utilization", "kv_free_fraction", "prefill_chunk_tokens")
 
