@@ -190,7 +190,8 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
                    help="with --prefill-gpus and a target: largest deployment the search tries (default 64)")
     p.add_argument("--engine", default="generic", type=_name,
                    help="serving engine profile: llama.cpp, vLLM, SGLang, TensorRT-LLM, transformers, MLX, "
-                        "ExLlamaV2, gpt-fast or generic (default)")
+                        "ExLlamaV2, gpt-fast, pytorch-eager (the decoder `validate --local` times) or generic "
+                        "(default)")
     p.add_argument("--calibration", default="auto", type=_name,
                    help="calibration profile (YAML from `roofline calibrate`); 'auto' (default) uses the newest "
                         "profile of this device in the calibration folder, 'none' the datasheet defaults")

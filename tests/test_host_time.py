@@ -43,12 +43,17 @@ def test_each_routed_expert_an_eager_loop_runs_costs_host_time_that_never_overla
     assert on_host == 0
 
 
-def test_only_an_eager_engine_takes_the_calibrations_host_times():
+def test_only_the_reference_decoder_takes_the_calibrations_host_times():
+    """The calibration times calibrate/decoder.py's host loop: that decoder's engine takes it; another eager engine
+    (transformers' generate(), more host code per step) keeps its own fitted cost."""
     hw = {"eager_layer_s": np.array([6e-4, np.nan]), "eager_expert_s": np.array([3e-4, np.nan]),
           "device_class_code": np.array([CLASS_ORDER.index("datacenter_gpu"), CLASS_ORDER.index("cpu")])}
     eager = GENERIC_ENGINE.model_copy(update={"eager_host": True, "per_layer_s": 5e-4, "per_expert_s": 1e-4})
-    layer, expert = host_costs(eager, hw)
+    reference = eager.model_copy(update={"reference_decoder": True})
+    layer, expert = host_costs(reference, hw)
     assert list(layer) == [6e-4, 5e-4] and list(expert) == [3e-4, 1e-4]     # measured where calibrated
+    layer, expert = host_costs(eager, hw)
+    assert np.all(layer == 5e-4) and np.all(expert == 1e-4)
     assert list(overlaps_device(eager, hw)) == [True, False]
     layer, expert = host_costs(GENERIC_ENGINE, hw)
     assert layer == GENERIC_ENGINE.per_layer_s and expert == 0
@@ -56,16 +61,16 @@ def test_only_an_eager_engine_takes_the_calibrations_host_times():
 
 
 def test_a_calibrated_h200_runs_eager_decode_at_its_measured_host_cost():
-    """Llama-3.1-8B bf16 at batch 1 on the H200 profile: transformers is host-bound (32 x 0.34 ms of launches
+    """Llama-3.1-8B bf16 at batch 1 on the H200 profile: the eager decoder is host-bound (32 x 0.34 ms of launches
     against ~4.3 ms of weights), vLLM is not; doubling the measured host cost doubles the eager step."""
     profile = load_profile(H200_PROFILE)
     args = {"weight_format": "bf16", "batch": 1, "prompt_tokens": 512, "output_tokens": 16, "calibration": profile}
-    eager = estimate("llama-3.1-8b", "h200", engine="transformers", **args)
+    eager = estimate("llama-3.1-8b", "h200", engine="pytorch-eager", **args)
     step = 1 / eager.decode_tps_per_seq
     assert step == pytest.approx(32 * profile.summary.eager_layer_s, rel=0.1)
     slower = profile.model_copy(update={"summary": profile.summary.model_copy(
         update={"eager_layer_s": 2 * profile.summary.eager_layer_s})})
-    doubled = estimate("llama-3.1-8b", "h200", engine="transformers", **{**args, "calibration": slower})
+    doubled = estimate("llama-3.1-8b", "h200", engine="pytorch-eager", **{**args, "calibration": slower})
     assert 1 / doubled.decode_tps_per_seq == pytest.approx(2 * step, rel=0.1)
     served = estimate("llama-3.1-8b", "h200", engine="vllm", **args)
     assert served.decode_tps_per_seq > 1.5 * eager.decode_tps_per_seq

@@ -87,9 +87,11 @@ def test_elementwise_passes_add_to_compute_bound_linear_layers():
     assert parts["time_s"] == pytest.approx(2.0) and parts["linear_s"] == pytest.approx(2.0)
 
 
-def test_only_transformers_expands_and_runs_unfused():
-    assert [p.name for p in load_engines() if p.parameters.expands_grouped_kv] == ["transformers"]
-    assert [p.name for p in load_engines() if p.parameters.unfused_elementwise] == ["transformers"]
+def test_the_eager_engines_and_what_they_pay():
+    """The reference decoder copies KV heads out as transformers does with a mask; transformers' generate() on
+    equal-length prompts passes none and attends with enable_gqa (both measured on the H200)."""
+    assert [p.name for p in load_engines() if p.parameters.expands_grouped_kv] == ["pytorch-eager"]
+    assert [p.name for p in load_engines() if p.parameters.unfused_elementwise] == ["pytorch-eager", "transformers"]
 
 
 def test_the_expansion_explains_the_h200_eager_decode_at_batch_64():
@@ -99,11 +101,11 @@ def test_the_expansion_explains_the_h200_eager_decode_at_batch_64():
     profile = load_profile(H200_PROFILE)
     assert profile.summary.kv_expand_bytes_per_s == pytest.approx(1.229e12, rel=0.01)
     args = {"weight_format": "bf16", "batch": 64, "prompt_tokens": 512, "output_tokens": 16, "calibration": profile}
-    eager = estimate("llama-3.1-8b", "h200", engine="transformers", **args)
+    eager = estimate("llama-3.1-8b", "h200", engine="pytorch-eager", **args)
     assert eager.decode_tps_per_seq == pytest.approx(32.97, rel=0.15)
     step_s = 1 / eager.decode_tps_per_seq
     assert eager.results["decode_bytes_kv_expand"] / profile.summary.kv_expand_bytes_per_s > step_s / 2
-    profile_engine = engine("transformers")
+    profile_engine = engine("pytorch-eager")
     unexpanded = profile_engine.model_copy(update={"parameters": profile_engine.parameters.model_copy(
         update={"expands_grouped_kv": False})})
     assert estimate("llama-3.1-8b", "h200", engine=unexpanded, **args).decode_tps_per_seq > 1.5 * 32.97
@@ -117,9 +119,9 @@ def test_unfused_passes_explain_part_of_the_h200_eager_prefill(model, batch, mea
     profile = load_profile(H200_PROFILE)
     args = {"weight_format": "bf16", "batch": batch, "prompt_tokens": 512, "output_tokens": 16,
             "calibration": profile}
-    ttft_ms = estimate(model, "h200", engine="transformers", **args).ttft_s * 1e3
+    ttft_ms = estimate(model, "h200", engine="pytorch-eager", **args).ttft_s * 1e3
     assert ttft_ms == pytest.approx(measured_ms, rel=0.2)
-    profile_engine = engine("transformers")
+    profile_engine = engine("pytorch-eager")
     fused = profile_engine.model_copy(update={"parameters": profile_engine.parameters.model_copy(
         update={"unfused_elementwise": False})})
     fused_ms = estimate(model, "h200", engine=fused, **args).ttft_s * 1e3
@@ -129,7 +131,7 @@ def test_unfused_passes_explain_part_of_the_h200_eager_prefill(model, batch, mea
 def test_the_estimate_lists_the_eager_bytes_only_where_the_engine_pays_them():
     from estimator.reporting.estimate_text import EAGER_BYTES_DEFINITION, format_estimate
     args = {"weight_format": "bf16", "batch": 8, "prompt_tokens": 1024, "output_tokens": 64}
-    eager = format_estimate(estimate("llama-3.1-8b", "h200", engine="transformers", **args))
+    eager = format_estimate(estimate("llama-3.1-8b", "h200", engine="pytorch-eager", **args))
     served = format_estimate(estimate("llama-3.1-8b", "h200", engine="vllm", **args))
     assert "kv expand" in eager and "elementwise" in eager and EAGER_BYTES_DEFINITION in eager
     assert "kv expand" not in served and "elementwise" not in served and EAGER_BYTES_DEFINITION not in served

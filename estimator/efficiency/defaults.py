@@ -94,9 +94,13 @@ class EngineDefaults(Frozen):
                                    "kernel of its own, one pass over the tensor each (eager PyTorch): those passes "
                                    "add to the linear layers' time; a property of the engine's code, never fitted")
     eager_host: bool = Field(
-        default=False, description="it launches its ops one at a time from Python (eager PyTorch): on a calibrated "
-                                   "device the profile's measured host time per layer and per routed expert "
-                                   "replaces per_layer_s and per_expert_s; a property of the engine, never fitted")
+        default=False, description="it launches its ops one at a time from Python (eager PyTorch): its per-layer "
+                                   "host time runs beside the device's work and its expert loop waits on it; a "
+                                   "property of the engine, never fitted")
+    reference_decoder: bool = Field(
+        default=False, description="it is the decoder a calibration times at tiny shapes (calibrate/decoder.py): "
+                                   "on a calibrated device the profile's measured host time per layer and per "
+                                   "routed expert replaces per_layer_s and per_expert_s; a property, never fitted")
     memory_utilization: dict[int, Annotated[float, Field(gt=0, le=1)]] = Field(
         default_factory=dict, description="the share of a device's memory the engine lets itself use (weights, "
                                           "workspace and KV cache), by the fewest tensor-parallel ranks it applies "

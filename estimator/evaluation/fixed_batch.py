@@ -85,7 +85,7 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
         # the attention kernels' own share of the device's bandwidth, not the weight kernels' group factor
         "kv_bytes_per_s": bandwidth * engine.kv_bandwidth_eff,
         # grouped KV heads copied out per query head: PyTorch's own copy kernel, with no engine factor (as
-        # torch_kernels GEMMs), at a calibration's measured rate, else its measured share of the device's
+        # torch_kernels GEMMs), at a calibration's measured rate, else at its share of the device's bandwidth
         "kv_expand_bytes_per_s": np.where(np.isfinite(kv_expand := hw.get("kv_expand_bytes_per_s", np.nan)),
                                           kv_expand, bandwidth * KV_EXPAND_COPY_SHARE),
     }

@@ -4,7 +4,7 @@ An engine that launches its ops one at a time from Python (eager PyTorch, as Hug
 runs) pays the host's time for every op whatever the device does; for a mixture of experts it also loops
 over the experts a layer's tokens chose, and waits on the device for each one's rows. On a device with a
 calibration, the profile's measurement of both (the reference decoder at tiny shapes, calibrate/decoder.py)
-replaces the engine's figures (docs/formulas.md §13).
+replaces that decoder's figures (the pytorch-eager profile; docs/formulas.md §13).
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ def overlaps_device(engine: EngineDefaults, hw: dict):
 
 
 def host_costs(engine: EngineDefaults, hw: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Host seconds per layer and per routed expert run: a calibration's measurement for an eager engine on a
-    calibrated device (``hw`` columns ``eager_layer_s``, ``eager_expert_s``, NaN elsewhere), else the engine's."""
+    """Host seconds per layer and per routed expert run: a calibration's measurement on a calibrated device (``hw``
+    columns ``eager_layer_s``, ``eager_expert_s``, NaN elsewhere) for the decoder it timed (``reference_decoder``),
+    else the engine's. Another eager engine keeps its fitted cost: transformers' generate() runs more host code
+    per layer and step than the reference decoder (docs/formulas.md §13)."""
     layer, expert = np.asarray(engine.per_layer_s, dtype=float), np.asarray(engine.per_expert_s, dtype=float)
-    if not engine.eager_host or "eager_layer_s" not in hw:
+    if not engine.reference_decoder or "eager_layer_s" not in hw:
         return layer, expert
     measured_layer, measured_expert = hw["eager_layer_s"], hw["eager_expert_s"]
     return (np.where(np.isfinite(measured_layer), measured_layer, layer),

@@ -5,7 +5,8 @@ exact shapes in the database with random weights. It prefills a prompt, samples 
 decodes with the cache; TTFT and decode tokens/s are timed with the device
 synchronised, after an untimed run at the same shapes (steady state); TTFT is the median of
 three prefills. The same runs are then estimated for this device with its
-calibration profile (a given file, the newest of this device, or measured first)
+calibration profile (a given file, the newest of this device, or measured first) and the
+pytorch-eager engine profile, which describes that decoder
 and the two are printed side by side. MLA models are refused; the point is a
 faithful, small end-to-end check, not a serving engine.
 """
@@ -100,7 +101,7 @@ def validate_local(device: str = "cpu", models=None, quick: bool = False, db: Da
         for batch, prompt, output in runs:
             got = measure(torch, forward, new_cache, device, spec.shape.vocab_size, batch, prompt, output)
             e = estimate(spec, "local", calibration=profile, weight_format=FORMAT_BY_DTYPE[dtype_name],
-                         batch=batch, prompt_tokens=prompt, output_tokens=output, engine="transformers")
+                         batch=batch, prompt_tokens=prompt, output_tokens=output, engine="pytorch-eager")
             rows.append({"model": spec.name, "batch": batch, "prompt": prompt, "output": output,
                          "measured_ttft_s": got["ttft_s"], "predicted_ttft_s": e.ttft_s,
                          "measured_decode_tps": got["decode_tps_per_seq"],
@@ -110,7 +111,7 @@ def validate_local(device: str = "cpu", models=None, quick: bool = False, db: Da
     if as_json:
         return json.dumps({"device": profile.device.name, "profile": profile.label, "runs": rows}, indent=2)
     lines = [(f"Local validation on {profile.device.name} ({dtype_name}; profile {profile.label}; engine "
-              "profile transformers: eager PyTorch)")]
+              "profile pytorch-eager: the reference decoder)")]
     lines.append(table([(r["model"], r["batch"], r["prompt"], seconds(r["measured_ttft_s"]),
                          seconds(r["predicted_ttft_s"]), f"{r['predicted_ttft_s'] / r['measured_ttft_s'] - 1:+.0%}",
                          f"{r['measured_decode_tps']:.1f}", f"{r['predicted_decode_tps']:.1f}",
