@@ -129,9 +129,11 @@ def test_unfused_passes_explain_part_of_the_h200_eager_prefill(model, batch, mea
 
 
 def test_the_estimate_lists_the_eager_bytes_only_where_the_engine_pays_them():
-    from estimator.reporting.estimate_text import EAGER_BYTES_DEFINITION, format_estimate
+    from estimator.reporting.estimate_text import EAGER_BYTE_TERMS, format_estimate
     args = {"weight_format": "bf16", "batch": 8, "prompt_tokens": 1024, "output_tokens": 64}
-    eager = format_estimate(estimate("llama-3.1-8b", "h200", engine="pytorch-eager", **args))
-    served = format_estimate(estimate("llama-3.1-8b", "h200", engine="vllm", **args))
-    assert "kv expand" in eager and "elementwise" in eager and EAGER_BYTES_DEFINITION in eager
-    assert "kv expand" not in served and "elementwise" not in served and EAGER_BYTES_DEFINITION not in served
+    text = {name: format_estimate(estimate("llama-3.1-8b", "h200", engine=name, **args))
+            for name in ("pytorch-eager", "transformers", "vllm")}
+    assert all(term in text["pytorch-eager"] for term in EAGER_BYTE_TERMS.values())
+    assert EAGER_BYTE_TERMS["elementwise"] in text["transformers"]            # no KV-head copy without a mask
+    assert EAGER_BYTE_TERMS["kv_expand"] not in text["transformers"] and "kv expand" not in text["transformers"]
+    assert "kv expand" not in text["vllm"] and "elementwise" not in text["vllm"]

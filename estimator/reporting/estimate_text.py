@@ -34,10 +34,10 @@ DEFINITIONS = (
     "exponential tail), request lengths fixed or from --lengths (a request's own prefill and output at their "
     "quantile), E2E p99 by a normal approximation (docs/formulas.md §14).",
 )
-# Shown when the engine pays them: the byte terms only an eager engine has.
-EAGER_BYTES_DEFINITION = ("Bytes of an eager engine: kv expand = grouped KV heads copied out to one per query head "
-                          "before attention (and the copy read back), elementwise = a pass of its own for each unfused "
-                          "elementwise op (docs/formulas.md §13).")
+# The byte terms only an eager engine pays, each defined where the estimate shows it.
+EAGER_BYTE_TERMS = {"kv_expand": "kv expand = grouped KV heads copied out to one per query head before attention "
+                                 "(and the copy read back)",
+                    "elementwise": "elementwise = a pass of its own for each unfused elementwise op"}
 
 
 def _host_link(hw) -> str:
@@ -163,8 +163,9 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
                   table(_ledger_rows(r, "decode_bytes", gigabytes))]
     parts += ["", f"Efficiencies: {e.efficiency_source}.", f"Intervals: {r.get('interval_basis', 'none')}."]
     parts += local_sections(measured, verify)
-    eager = r.get("decode_bytes_kv_expand") or r.get("decode_bytes_elementwise")
-    parts += ["", "Definitions"] + [f"  {d}" for d in DEFINITIONS + ((EAGER_BYTES_DEFINITION,) if eager else ())]
+    paid = [text for key, text in EAGER_BYTE_TERMS.items() if r.get(f"decode_bytes_{key}")]
+    eager = (f"Bytes of an eager engine: {'; '.join(paid)} (docs/formulas.md §13).",) if paid else ()
+    parts += ["", "Definitions"] + [f"  {d}" for d in DEFINITIONS + eager]
     parts += [f"warning: {w}" for w in e.warnings]
     return "\n".join(parts)
 
