@@ -36,13 +36,12 @@ def build(torch, shape, device, dtype):
 
 
 def timed_generate_s(torch, model, ids, mask, new_tokens, device):
-    if device == "cuda":
-        torch.cuda.synchronize()
+    from calibrate.timing import synchronize
+    synchronize(torch, device)
     t0 = time.perf_counter()
     model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                    do_sample=False)
-    if device == "cuda":
-        torch.cuda.synchronize()
+    synchronize(torch, device)
     return time.perf_counter() - t0
 
 

@@ -24,6 +24,7 @@ from estimator.specs.database import Database, load_database
 QUICK_MODEL = "Qwen/Qwen2.5-0.5B"
 DEFAULT_MODELS = ("Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.2-1B")
 DTYPE_BY_DEVICE = {"cpu": "float32", "cuda": "bfloat16", "mps": "float16"}
+REFERENCE_ENGINE = "pytorch-eager"   # the engine profile of the decoder timed here
 FORMAT_BY_DTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
@@ -101,7 +102,7 @@ def validate_local(device: str = "cpu", models=None, quick: bool = False, db: Da
         for batch, prompt, output in runs:
             got = measure(torch, forward, new_cache, device, spec.shape.vocab_size, batch, prompt, output)
             e = estimate(spec, "local", calibration=profile, weight_format=FORMAT_BY_DTYPE[dtype_name],
-                         batch=batch, prompt_tokens=prompt, output_tokens=output, engine="pytorch-eager")
+                         batch=batch, prompt_tokens=prompt, output_tokens=output, engine=REFERENCE_ENGINE)
             rows.append({"model": spec.name, "batch": batch, "prompt": prompt, "output": output,
                          "measured_ttft_s": got["ttft_s"], "predicted_ttft_s": e.ttft_s,
                          "measured_decode_tps": got["decode_tps_per_seq"],
@@ -111,7 +112,7 @@ def validate_local(device: str = "cpu", models=None, quick: bool = False, db: Da
     if as_json:
         return json.dumps({"device": profile.device.name, "profile": profile.label, "runs": rows}, indent=2)
     lines = [(f"Local validation on {profile.device.name} ({dtype_name}; profile {profile.label}; engine "
-              "profile pytorch-eager: the reference decoder)")]
+              f"profile {REFERENCE_ENGINE}: the reference decoder)")]
     lines.append(table([(r["model"], r["batch"], r["prompt"], seconds(r["measured_ttft_s"]),
                          seconds(r["predicted_ttft_s"]), f"{r['predicted_ttft_s'] / r['measured_ttft_s'] - 1:+.0%}",
                          f"{r['measured_decode_tps']:.1f}", f"{r['predicted_decode_tps']:.1f}",
