@@ -160,11 +160,13 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunked-prefill", type=_whole(), default=0, metavar="TOKENS",
                    help="under load: mix prompt chunks into decode steps within this token budget per step")
     p.add_argument("--num-requests", type=_whole(), metavar="N",
-                   help="with --rate: a finite benchmark of N requests (vllm bench serve --num-prompts); offered "
-                        "more than the engine serves, it runs at capacity while its backlog grows")
+                   help="N requests sent at once (an offline run; vllm bench serve --num-prompts without a "
+                        "rate): mean TTFT, TPOT and the run's throughput; with --rate, a finite benchmark that, "
+                        "offered more than the engine serves, runs at capacity while its backlog grows")
     p.add_argument("--max-num-seqs", type=_whole(), metavar="N",
-                   help="under load: the scheduler runs at most N sequences at once, the rest wait (vLLM "
-                        "--max-num-seqs; default: the engine profile's, e.g. vLLM 1024 on 70+ GiB cards, else 256)")
+                   help="under load or with --num-requests: the scheduler runs at most N sequences at once, the "
+                        "rest wait (vLLM --max-num-seqs; default: the engine profile's, e.g. vLLM 1024 on 70+ GiB "
+                        "cards, else 256)")
     p.add_argument("--lengths", type=_name, metavar="PRESET|FILE.csv",
                    help="under load: request lengths from a preset (chat, sharegpt, rag, reasoning) or a CSV with "
                         "columns prompt,output, one request per row; replaces --prompt and --output")

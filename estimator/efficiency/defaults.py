@@ -111,6 +111,12 @@ class EngineDefaults(Frozen):
                                         "chunks (vLLM V1's max_num_batched_tokens, SGLang's chunked_prefill_size): "
                                         "it bounds the prefill workspace; None: whole prompts. A property of the "
                                         "engine's defaults, never fitted")
+    prefill_runs_alone: bool = Field(
+        default=False, description="a step that prefills carries no decode tokens, and waiting prompts go before "
+                                   "the running batch (SGLang's scheduler); False: decode tokens ride along in "
+                                   "prefill steps (vLLM V1, TensorRT-LLM's in-flight batching, llama.cpp's "
+                                   "server). It shapes an all-at-once run (docs/formulas.md §14); a property of "
+                                   "the engine's scheduler, never fitted")
     kv_free_fraction: float = Field(
         default=1.0, gt=0, le=1, description="the share of the memory left beside weights and workspace that the "
                                              "KV cache takes (TensorRT-LLM's free_gpu_memory_fraction); a property "

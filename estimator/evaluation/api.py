@@ -57,6 +57,8 @@ from estimator.specs.model import ModelSpec
 LOAD_COLUMNS = ("steady_batch", "request_rate", "saturated", "max_rate", "ttft_prefill_s", "ttft_p50_s", "ttft_p90_s",
                 "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_p99_s", "queued_requests",
                 "max_running_sequences", "backlog_wait_s")
+# With num_requests and no load, a sweep also returns the all-at-once run's phases and limits.
+ALL_AT_ONCE_COLUMNS = ("prefill_phase_s", "running_batch", "max_running_sequences", "queued_requests")
 # The columns a sweep returns unless ``detail=True`` asks for the ledgers too.
 MAIN_COLUMNS = (
     "ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total", "e2e_latency_s",
@@ -199,7 +201,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         B=values_on_axis(batches, 5), T=values_on_axis(prompt_tokens, 6),
         O=values_on_axis(output_tokens, 7), serving=_serving_columns(serving, profile_engine, devices, values_on_axis),
         engine=parameters, end_step=detail)
-    main = MAIN_COLUMNS + (LOAD_COLUMNS if serving.under_load else ())
+    main = MAIN_COLUMNS + (LOAD_COLUMNS if serving.under_load else ALL_AT_ONCE_COLUMNS if serving.all_at_once else ())
     keep = results if detail else {k: results[k] for k in main}
     columns = {k: np.broadcast_to(v, sizes).ravel() for k, v in keep.items()}
     grids = np.unravel_index(np.arange(int(np.prod(sizes))), sizes)
@@ -269,7 +271,8 @@ def _device_of(profile: CalibrationProfile) -> Hardware:
 def _serving_columns(serving: ServingOptions, profile_engine: EngineProfile, devices, on_device_axis) -> dict:
     """The serving columns, with the engine's own cap on running sequences per device when none is given."""
     columns = serving.columns()
-    if serving.under_load and serving.max_num_seqs is None and profile_engine.scheduler is not None:
+    if (serving.under_load or serving.all_at_once) and serving.max_num_seqs is None and \
+            profile_engine.scheduler is not None:
         columns["max_num_seqs"] = on_device_axis([profile_engine.scheduler.max_num_seqs_on(d) for d in devices], 1)
     return columns
 

@@ -10,11 +10,14 @@ import numpy as np
 
 from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults
 from estimator.evaluation.fixed_batch import DEFAULT_SERVING, results_at_batch
+from estimator.physics.memory import PREFILL_TOKEN_BUDGET
+from estimator.serving.burst import all_at_once
 from estimator.serving.continuous_batching import (
     MAX_UTILISATION,
     backlog_wait_s,
     max_sustainable_rate,
     steady_state,
+    with_slot_wait,
 )
 from estimator.serving.lengths import LengthMix, batch_that_fits, request_spread
 
@@ -36,6 +39,10 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     """
     serving = {**DEFAULT_SERVING, **(serving or {})}
     if not (serving["concurrency"] or serving["rate"]):
+        if serving["num_requests"]:
+            return _all_at_once_results(
+                lambda batch: results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, batch, T, O, layout, serving,
+                                               engine, host, draft, end_step), T, O, layout, serving, engine)
         return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving, engine, host, draft,
                                 end_step)
 
@@ -104,6 +111,38 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     out.update({k: np.where(state["saturated"], np.nan, state[k] + shifts.get(k, 0.0)) for k in PERCENTILE_COLUMNS})
     if mix is not None:
         out["max_batch"] = out["max_concurrency"] = np.floor(max_batch) * dp
+    return out
+
+
+def _all_at_once_results(at, T, O, layout, serving, engine: EngineDefaults) -> dict:
+    """``num_requests`` N sent at once, no load (docs/formulas.md §14, "All-at-once runs"). The engine runs
+    S = min(N_kv, max_num_seqs) sequences per replica; when it holds all N the run is the two phases of
+    :func:`~estimator.serving.burst.all_at_once`; beyond, it runs S and the rest wait for a slot
+    (:func:`~estimator.serving.continuous_batching.with_slot_wait`)."""
+    dp = np.asarray(layout["dp"], dtype=float)
+    one = at(dp)                                                  # one sequence on each replica
+    slots = np.maximum(np.floor(np.minimum(one["max_batch"] / dp, serving["max_num_seqs"])), 1.0)
+    requests = serving["num_requests"] / dp
+    running = np.minimum(np.ceil(requests), slots)
+    out = at(running * dp)
+    prompt = np.asarray(T, dtype=float) - out["cached_tokens"]
+    chunk = np.inf if engine.prefill_chunk_tokens is None else float(engine.prefill_chunk_tokens)
+    # a step takes prompts up to the engine's chunk, else whole prompts up to the usual step budget
+    step_tokens = np.minimum(chunk, np.maximum(prompt, PREFILL_TOKEN_BUDGET))
+    run = all_at_once(requests, out["ttft_s"], prompt, O, step_tokens, one["itl_s"], out["itl_s"],
+                      not engine.prefill_runs_alone)
+    n_devices = np.asarray(layout["tp"]) * np.asarray(layout["pp"]) * dp
+    held = {"ttft_s": run["ttft_s"], "itl_s": run["tpot_s"], "decode_tps_per_seq": 1.0 / run["tpot_s"],
+            "e2e_latency_s": run["e2e_latency_s"],
+            "tpot_inclusive_s": run["e2e_latency_s"] / np.asarray(O, dtype=float),
+            "throughput_out_tps": run["throughput_out_tps"] * dp, "decode_tps_total": run["throughput_out_tps"] * dp,
+            "throughput_out_tps_per_gpu": run["throughput_out_tps"] * dp / n_devices}
+    queued = with_slot_wait(out, requests * dp, running * dp)
+    fits_all = requests <= slots
+    out.update({k: np.where(fits_all, v, queued.get(k, out.get(k))) for k, v in held.items()})
+    out.update({"prefill_phase_s": np.where(fits_all, run["prefill_phase_s"], np.nan),
+                "running_batch": running * dp, "max_running_sequences": slots * dp,
+                "queued_requests": np.maximum(requests - slots, 0) * dp})
     return out
 
 

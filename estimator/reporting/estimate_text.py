@@ -116,7 +116,7 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
     ``verify`` commands (:func:`verify_commands`), their two sections too."""
     r, hw = e.results, e.hardware
     bw, peak = hw.memory_bandwidth_bytes_per_s, hw.peak_flops_per_s(e.compute_dtype)
-    batch = r.get("steady_batch", e.batch)
+    batch = r.get("steady_batch", r.get("running_batch", e.batch))
     head = [
         f"{e.model.name} on {e.layout.devices} x {hw.name} ({_layout_text(e.layout)}): weights "
         f"{e.weight_format.name} (math in {e.compute_dtype}), KV cache {e.kv_format.name}",
@@ -189,6 +189,11 @@ def _lengths_text(e: Estimate) -> str:
 
 def _load_text(e: Estimate) -> str:
     s = e.serving
+    if s.all_at_once:
+        r = e.results
+        queued = f", {r['queued_requests']:,.0f} waiting for a slot" if r["queued_requests"] > 0 else ""
+        return (f"{s.num_requests:,} requests sent at once (at most {r['max_running_sequences']:,.0f} run at "
+                f"once{queued})")
     if not s.under_load:
         return f"batch {e.batch}"
     load = f"{s.concurrency} requests in flight" if s.concurrency else f"{s.rate:g} requests/s arriving"
@@ -228,6 +233,15 @@ def _speed_rows(r: dict) -> list[tuple[str, str]]:
             ("ITL p50 / p90 / p99", " / ".join(seconds(r[f"itl_{q}_s"]) for q in ("p50", "p90", "p99"))),
             ("end-to-end p99", seconds(r["e2e_p99_s"])),
             ("max sustainable rate (KV-bound)", f"{r['max_rate']:.2f} requests/s"),
+        ]
+    if "prefill_phase_s" in r:   # an all-at-once run (docs/formulas.md §14)
+        return [
+            ("TTFT (mean over the requests)", seconds(r["ttft_s"])),
+            ("all prompts prefilled after", seconds(r["prefill_phase_s"]) if math.isfinite(r["prefill_phase_s"])
+             else NOT_AVAILABLE),
+            ("TPOT (mean time per output token after the first)", seconds(r["itl_s"])),
+            ("end-to-end latency (mean)", seconds(r["e2e_latency_s"])),
+            ("output tokens/s over the run", rate(r["throughput_out_tps"])),
         ]
     return [
         ("TTFT (prefill, no queueing)", seconds(r["ttft_s"]) + _range(r, "ttft_s", seconds)),

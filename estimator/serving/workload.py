@@ -190,7 +190,9 @@ class ServingOptions(BaseModel):
     rate: float = Field(default=0.0, ge=0, description="open-loop load: requests per second (0: use batch)")
     chunked_prefill: int = Field(default=0, ge=0, description="token budget per step for chunked prefill (0: off)")
     num_requests: int = Field(default=0, ge=0, description="with a rate: a finite benchmark of this many requests "
-                                                           "(0: an endless steady state)")
+                                                           "(0: an endless steady state); with no load: this many "
+                                                           "sent at once (an offline run, vllm bench serve's "
+                                                           "default)")
     max_num_seqs: int | None = Field(
         default=None, ge=1, description="the scheduler's cap on sequences run at once (vLLM --max-num-seqs); "
                                         "None: the engine profile's default for the device")
@@ -210,6 +212,11 @@ class ServingOptions(BaseModel):
     @property
     def under_load(self) -> bool:
         return bool(self.concurrency or self.rate)
+
+    @property
+    def all_at_once(self) -> bool:
+        """A finite run whose requests are all sent at once (no rate, no concurrency)."""
+        return bool(self.num_requests) and not self.under_load
 
     @property
     def uses_host_cpu(self) -> bool:
@@ -257,12 +264,13 @@ class ServingOptions(BaseModel):
             if mix.prompt_tokens.min() <= self.prefix_tokens:
                 raise ConfigurationError(f"--lengths {self.lengths} has prompts of {mix.prompt_tokens.min():.0f} "
                                          f"tokens, not longer than the cached prefix ({self.prefix_tokens})")
-        if self.num_requests and not self.rate:
-            raise ConfigurationError("--num-requests sizes a finite open-loop benchmark; add --rate R (a closed "
-                                     "loop reaches its steady state whatever its length)")
-        if self.max_num_seqs is not None and not self.under_load:
-            raise ConfigurationError("--max-num-seqs caps the running batch of a steady state under load; add "
-                                     "--concurrency or --rate (at a fixed --batch, the batch is what runs)")
+        if self.num_requests and self.concurrency:
+            raise ConfigurationError("--num-requests sizes a finite run sent at once, or at --rate R; a closed loop "
+                                     "(--concurrency) reaches its steady state whatever its length")
+        if self.max_num_seqs is not None and not (self.under_load or self.all_at_once):
+            raise ConfigurationError("--max-num-seqs caps the running batch of a steady state under load or of a "
+                                     "run of --num-requests sent at once; add --concurrency, --rate or "
+                                     "--num-requests (at a fixed --batch, the batch is what runs)")
         if (self.draft_model or self.draft_cost) and not self.draft_tokens:
             raise ConfigurationError("speculative decoding needs --draft-tokens G (tokens drafted per step), e.g. 4")
         if self.draft_model and self.draft_cost:

@@ -46,7 +46,6 @@ from estimator.errors import (
 from estimator.evaluation.api import resolve_model
 from estimator.evaluation.configurations import Configuration, ConfigurationColumns
 from estimator.evaluation.intervals import default_backend, measurement_band, measurement_regime, row_interval
-from estimator.serving.continuous_batching import with_slot_wait
 from estimator.serving.workload import Layout, ServingOptions, check_layout, scale_up_domain
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import kv_format, weight_format
@@ -193,7 +192,8 @@ def serving_from_row(row: dict) -> ServingOptions:
     options = dict(attention=_attention(row), prefix_tokens=depth, gpu_layers=_int(row, "gpu_layers", 0) or None,
                    concurrency=_int(row, "concurrency", 0), rate=_number(row, "request_rate", 0.0),
                    prefix_hit_rate=_number(row, "prefix_hit_rate", 0.0, maximum=1.0),
-                   num_requests=_int(row, "num_requests", 0) if _cell(row, "request_rate") else 0,
+                   # a finite run at a rate, or (no rate, concurrency or batch) sent all at once
+                   num_requests=0 if _cell(row, "concurrency") or _cell(row, "batch") else _int(row, "num_requests", 0),
                    # MoE layers whose experts are in host memory (llama.cpp --n-cpu-moe; docs/formulas.md §8)
                    cpu_moe=_int(row, "cpu_moe", 0))
     if options["cpu_moe"] and _cell(row, "n_ubatch"):   # experts cross the host link once per micro-batch
@@ -263,7 +263,7 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             # the engine's cap on running sequences: the row's, else the engine's default for this device
             cap = float(_int(row, "max_num_seqs", 0, minimum=0) or
                         (profile.scheduler.max_num_seqs_on(hardware) if profile.scheduler else math.inf))
-            if serving.under_load and math.isfinite(cap):
+            if (serving.under_load or serving.all_at_once) and math.isfinite(cap):
                 serving = serving.model_copy(update={"max_num_seqs": int(cap)})
             if serving.prefix_tokens:   # a prompt measured on top of cached tokens (llama-bench ppN @ dM)
                 config = replace(config, prompt_tokens=config.prompt_tokens + serving.prefix_tokens)
@@ -322,9 +322,7 @@ def _evaluated_groups(resolved: Resolved, parameters, physical_limit: bool):
         profile = engine(name)
         params = PHYSICAL_LIMIT if physical_limit else \
             (parameters or {}).get(name, profile.parameters)
-        columns = prepared.results(serving, params, batch)
-        at_once = np.array([resolved.requests_at_once[i] for i in idx])
-        yield idx, (with_slot_wait(columns, at_once, batch) if np.any(at_once > batch) else columns), batch
+        yield idx, prepared.results(serving, params, batch), batch
 
 
 def _prepared_groups(resolved: Resolved, physical_limit: bool) -> dict:

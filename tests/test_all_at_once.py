@@ -1,0 +1,110 @@
+"""An all-at-once run (`--num-requests N`, no load): its two phases, checked by hand, against a step-by-step
+replay of the same scheduler, in `estimate` and the CLI, and against a published vllm bench serve run."""
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from estimator import estimate
+from estimator.serving.burst import all_at_once
+from estimator.validation.predict import predict_rows
+from tests.helpers import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_hand_worked_run():
+    """100 prompts of 1,000 tokens in steps of 10,000 tokens: 10 steps of 0.2 s. Prefill steps alone: the mean
+    first token comes at (1 + 2 + … + 10) / 10 · 0.2 s = 1.1 s, everyone decodes 10 tokens from 2 s at the
+    batch-100 step of 30 ms, so E2E = 2.3 s and the mean TPOT (2.3 − 1.1) / 10 = 0.12 s."""
+    alone = all_at_once(100, 2.0, 1000, 11, 10_000, 0.010, 0.030, False)
+    assert alone["ttft_s"] == pytest.approx(1.1) and alone["tpot_s"] == pytest.approx(0.12)
+    assert alone["e2e_latency_s"] == pytest.approx(2.3) and alone["duration_s"] == pytest.approx(2.3)
+    assert alone["throughput_out_tps"] == pytest.approx(100 * 11 / 2.3)
+    mixed = all_at_once(100, 2.0, 1000, 11, 10_000, 0.010, 0.030, True)
+    # the same first tokens; the early requests finish during the prompts, so the mean E2E is shorter
+    assert mixed["ttft_s"] == pytest.approx(1.1) and mixed["e2e_latency_s"] < alone["e2e_latency_s"]
+    # a single step: every request waits for all prompts, whichever way steps are run
+    one_step = all_at_once(100, 2.0, 1000, 11, np.inf, 0.010, 0.030, [False, True])
+    assert one_step["ttft_s"] == pytest.approx([2.0, 2.0])
+
+
+def _replay(n, prefill_s, P, O, K, d1, dn, mixed):
+    """Step by step: K prompt tokens a step in arrival order, one token a step for each admitted request (mixed)
+    or none until the prompts are done, then decode steps of d(n') = d1 + (dn − d1)(n' − 1)/(n − 1)."""
+    steps = int(np.ceil(n * P / K))
+    slope = (dn - d1) / (n - 1)
+    step_s = max(prefill_s / steps, d1 + slope * max(n / 2 - 1, 0)) if mixed else prefill_s / steps
+    first = [int(np.floor(((j + 1) * P - 1) / K)) + 1 for j in range(n)]
+    ttft = [f * step_s for f in first]
+    left = [O - 1 - (min(steps - f, O - 1) if mixed else 0) for f in first]
+    done = [ttft[j] + (O - 1) * step_s if left[j] == 0 else None for j in range(n)]
+    t = steps * step_s
+    while any(x > 0 for x in left):
+        active = [j for j in range(n) if left[j] > 0]
+        t += d1 + slope * (len(active) - 1)
+        for j in active:
+            left[j] -= 1
+            if left[j] == 0:
+                done[j] = t
+    tpot = [(done[j] - ttft[j]) / (O - 1) for j in range(n)]
+    return np.mean(ttft), np.mean(tpot), np.mean(done), max(done)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize("P,O,K", [(300, 30, 2048), (128, 4, 8192), (2000, 100, 8192)])
+def test_the_run_matches_a_step_replay(mixed, P, O, K):
+    n, prefill_s, d1, dn = 64, 0.004 * 64 * P / 100, 0.008, 0.030
+    model = all_at_once(n, prefill_s, P, O, K, d1, dn, mixed)
+    ttft, tpot, e2e, duration = _replay(n, prefill_s, P, O, K, d1, dn, mixed)
+    assert float(model["ttft_s"]) == pytest.approx(ttft, rel=0.05)
+    assert float(model["tpot_s"]) == pytest.approx(tpot, rel=0.05)
+    assert float(model["e2e_latency_s"]) == pytest.approx(e2e, rel=0.05)
+    assert float(model["duration_s"]) == pytest.approx(duration, rel=0.05)
+
+
+def test_estimate_of_an_all_at_once_run(db):
+    common = {"prompt_tokens": 215, "output_tokens": 194, "engine": "vLLM"}
+    run = estimate("llama-3.1-8b", "h100", num_requests=500, **common)
+    r = run.results
+    assert r["running_batch"] == 500 and r["queued_requests"] == 0 and r["max_running_sequences"] == 1024
+    batch = estimate("llama-3.1-8b", "h100", batch=500, **common)
+    # the prompts take the batch's prefill; the mean first token comes about halfway through it
+    assert r["prefill_phase_s"] == pytest.approx(batch.ttft_s, rel=0.05)
+    assert 0.4 * batch.ttft_s < run.ttft_s < 0.7 * batch.ttft_s
+    # a token after the first costs at least a bare decode step at one sequence, and early tokens wait
+    assert run.itl_s > estimate("llama-3.1-8b", "h100", batch=1, **common).itl_s
+    assert run.throughput_out_tps < 500 / batch.itl_s
+    # beyond the engine's running limit the rest wait for a slot
+    capped = estimate("llama-3.1-8b", "h100", num_requests=500, max_num_seqs=100, **common)
+    assert capped.results["queued_requests"] == 400 and capped.ttft_s > run.ttft_s
+    assert capped.throughput_out_tps < run.throughput_out_tps
+
+
+def test_the_cli_takes_num_requests_alone(capsys):
+    args = ["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang", "--num-requests", "300"]
+    code, out, _ = cli(capsys, *args)
+    assert code == 0 and "300 requests sent at once" in out and "TPOT (mean time per output token" in out
+    code, out, _ = cli(capsys, *args, "--max-num-seqs", "64", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["running_batch"] == 64 and result["queued_requests"] == 236
+    code, _, err = cli(capsys, *args, "--concurrency", "8")
+    assert code == 2 and "--concurrency" in err and len(err.splitlines()) == 1
+
+
+def test_a_published_all_at_once_run():
+    """GPUStack's vllm bench serve of gpt-oss-20b on one H100 (vLLM 0.10.2, 1,000 requests of 128 prompt and 4
+    output tokens sent at once): mean TPOT 178.9 ms, because every request's few tokens come during the
+    prompts' steps. A decode step at the running batch (what a fixed batch predicts) is 8x below it."""
+    rows = [r for r in csv.DictReader((ROOT / "measurements_db" / "datacenter-2025.csv").open(encoding="utf-8"))
+            if r["id"] == "gpustack-gptoss20b-h100-base-r128-itl"]
+    measured = float(rows[0]["value"])
+    out = predict_rows(rows)[0]
+    assert out["status"] == "ok"
+    assert 0.3 < float(out["predicted"]) / measured < 1.5
+    fixed = estimate("gpt-oss-20b", "h100", weight_format="mxfp4-experts", engine="vLLM", prompt_tokens=128,
+                     output_tokens=4, batch=1000)
+    assert fixed.itl_s * 1e3 < 0.2 * measured
