@@ -30,6 +30,8 @@ def test_hand_worked_run():
     # a single step: every request waits for all prompts, whichever way steps are run
     one_step = all_at_once(100, 2.0, 1000, 11, np.inf, 0.010, 0.030, [False, True])
     assert one_step["ttft_s"] == pytest.approx([2.0, 2.0])
+    # one output token: no gap to time, the decode step at the batch stands for it (never 0 or infinite speeds)
+    assert all_at_once(100, 2.0, 1000, 1, 10_000, 0.010, 0.030, True)["tpot_s"] == pytest.approx(0.030)
 
 
 def _replay(n, prefill_s, P, O, K, d1, dn, mixed):
@@ -108,3 +110,14 @@ def test_a_published_all_at_once_run():
     fixed = estimate("gpt-oss-20b", "h100", weight_format="mxfp4-experts", engine="vLLM", prompt_tokens=128,
                      output_tokens=4, batch=1000)
     assert fixed.itl_s * 1e3 < 0.2 * measured
+
+
+def test_more_requests_at_once_never_come_sooner(db):
+    """More requests sent at once: a later mean first token and a longer run, across the running limit too."""
+    runs = [estimate("qwen2.5-7b", "l40s", engine=name, num_requests=n, prompt_tokens=1024, output_tokens=128)
+            for name in ("vLLM", "SGLang") for n in (8, 64, 256, 1024)]
+    for engine_runs in (runs[:4], runs[4:]):
+        ttft = [r.ttft_s for r in engine_runs]
+        e2e = [r.e2e_latency_s for r in engine_runs]
+        assert ttft == sorted(ttft) and e2e == sorted(e2e)
+        assert all(np.isfinite(r.itl_s) and r.itl_s > 0 for r in engine_runs)

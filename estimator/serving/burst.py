@@ -93,7 +93,8 @@ def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, 
     overlap = np.take_along_axis(overlap_sorted, np.argsort(np.argsort(remaining, axis=-1), axis=-1), axis=-1)
     decode_s = remaining * (d1 - slope)[..., None] + (slope * n / POSITIONS)[..., None] * overlap
     e2e = np.where(remaining > 0, prompts_end_s[..., None] + decode_s, ttft + in_prompt_phase * step_s[..., None])
-    tpot = np.where(tokens_left > 0, (e2e - ttft) / np.maximum(tokens_left, 1.0), 0.0)
+    # with a single output token there is no gap to time: the decode step at n stands for it, as at a fixed batch
+    tpot = np.where(tokens_left > 0, (e2e - ttft) / np.maximum(tokens_left, 1.0), dn[..., None])
     duration = e2e.max(axis=-1)
     return {"ttft_s": ttft.mean(axis=-1), "tpot_s": tpot.mean(axis=-1), "e2e_latency_s": e2e.mean(axis=-1),
             "duration_s": duration, "throughput_out_tps": n * O / duration, "prefill_phase_s": prompts_end_s}
