@@ -271,8 +271,7 @@ def _device_of(profile: CalibrationProfile) -> Hardware:
 def _serving_columns(serving: ServingOptions, profile_engine: EngineProfile, devices, on_device_axis) -> dict:
     """The serving columns, with the engine's own cap on running sequences per device when none is given."""
     columns = serving.columns()
-    if (serving.under_load or serving.all_at_once) and serving.max_num_seqs is None and \
-            profile_engine.scheduler is not None:
+    if serving.engine_sets_batch and serving.max_num_seqs is None and profile_engine.scheduler is not None:
         columns["max_num_seqs"] = on_device_axis([profile_engine.scheduler.max_num_seqs_on(d) for d in devices], 1)
     return columns
 

@@ -83,14 +83,15 @@ def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, 
     ttft = first_step * step_s[..., None]
     tokens_left = np.maximum(O - 1, 0.0)[..., None]
     in_prompt_phase = np.where(mixed[..., None], np.minimum(steps[..., None] - first_step, tokens_left), 0.0)
-    remaining = tokens_left - in_prompt_phase                              # decode-phase tokens per position
-    # decode phase: sequence k of it runs the positions with more than k tokens left; with G positions of
-    # n / G requests, the steps a position takes cost r (d1 − slope) + slope (n / G) Σ_h min(r_h, r)
-    ordered = np.sort(remaining, axis=-1)
-    below = np.cumsum(ordered, axis=-1) - ordered                          # Σ over the positions before
-    rank = np.arange(POSITIONS)
-    overlap_sorted = below + ordered * (POSITIONS - rank)                   # Σ_h min(r_h, r) at each sorted r
-    overlap = np.take_along_axis(overlap_sorted, np.argsort(np.argsort(remaining, axis=-1), axis=-1), axis=-1)
+    # the positions in order of the decode-phase tokens they have left (only means and the maximum are reported,
+    # so the order of positions does not matter)
+    order = np.argsort(tokens_left - in_prompt_phase, axis=-1)
+    ttft, in_prompt_phase = (np.take_along_axis(a, order, axis=-1) for a in (ttft, in_prompt_phase))
+    remaining = tokens_left - in_prompt_phase                              # ascending
+    # decode phase: step k of it runs the positions with more than k tokens left; with G positions of n / G
+    # requests, the steps a position takes cost r (d1 − slope) + slope (n / G) Σ_h min(r_h, r), and for the
+    # ascending r that sum is the positions before plus r for it and every one after
+    overlap = np.cumsum(remaining, axis=-1) - remaining + remaining * (POSITIONS - np.arange(POSITIONS))
     decode_s = remaining * (d1 - slope)[..., None] + (slope * n / POSITIONS)[..., None] * overlap
     e2e = np.where(remaining > 0, prompts_end_s[..., None] + decode_s, ttft + in_prompt_phase * step_s[..., None])
     # with a single output token there is no gap to time: the decode step at n stands for it, as at a fixed batch

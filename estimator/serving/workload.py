@@ -219,6 +219,11 @@ class ServingOptions(BaseModel):
         return bool(self.num_requests) and not self.under_load
 
     @property
+    def engine_sets_batch(self) -> bool:
+        """The engine's scheduler picks the running batch (under a load, or all at once), so its cap applies."""
+        return self.under_load or self.all_at_once
+
+    @property
     def uses_host_cpu(self) -> bool:
         """Whether the host CPU computes part of the model (partial offload by layers, or experts on the host)."""
         return self.gpu_layers is not None or self.cpu_moe != 0
@@ -267,7 +272,7 @@ class ServingOptions(BaseModel):
         if self.num_requests and self.concurrency:
             raise ConfigurationError("--num-requests sizes a finite run sent at once, or at --rate R; a closed loop "
                                      "(--concurrency) reaches its steady state whatever its length")
-        if self.max_num_seqs is not None and not (self.under_load or self.all_at_once):
+        if self.max_num_seqs is not None and not self.engine_sets_batch:
             raise ConfigurationError("--max-num-seqs caps the running batch of a steady state under load or of a "
                                      "run of --num-requests sent at once; add --concurrency, --rate or "
                                      "--num-requests (at a fixed --batch, the batch is what runs)")

@@ -263,7 +263,7 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             # the engine's cap on running sequences: the row's, else the engine's default for this device
             cap = float(_int(row, "max_num_seqs", 0, minimum=0) or
                         (profile.scheduler.max_num_seqs_on(hardware) if profile.scheduler else math.inf))
-            if (serving.under_load or serving.all_at_once) and math.isfinite(cap):
+            if serving.engine_sets_batch and math.isfinite(cap):
                 serving = serving.model_copy(update={"max_num_seqs": int(cap)})
             if serving.prefix_tokens:   # a prompt measured on top of cached tokens (llama-bench ppN @ dM)
                 config = replace(config, prompt_tokens=config.prompt_tokens + serving.prefix_tokens)
