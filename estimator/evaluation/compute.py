@@ -111,7 +111,49 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     out.update({k: np.where(state["saturated"], np.nan, state[k] + shifts.get(k, 0.0)) for k in PERCENTILE_COLUMNS})
     if mix is not None:
         out["max_batch"] = out["max_concurrency"] = np.floor(max_batch) * dp
+    if serving["concurrency"] and engine.prefill_runs_alone and mix is None and not serving["chunk_tokens"]:
+        _in_lockstep(out, at, one, T, O, layout, serving["concurrency"] / dp, np.floor(slots), engine)
     return out
+
+
+def _in_lockstep(out: dict, at, one: dict, T, O, layout, clients, slots, engine: EngineDefaults) -> None:
+    """A closed loop of C clients with equal lengths on an engine whose prefill steps run alone and first: the
+    C requests start together, are prefilled before any decodes, decode in one batch and finish on the same
+    step, so all C send again at once. The loop repeats an all-at-once run of C (docs/formulas.md §14,
+    "Closed loops in lockstep"), where it holds them all (C ≤ S); ``out`` is updated there."""
+    dp = np.asarray(layout["dp"], dtype=float)
+    fits = clients <= slots
+    if not np.any(fits):
+        return
+    run, _ = _run_at_once(at, one, T, O, np.where(fits, clients, 1.0), dp, engine)
+    cycles_per_s = 1.0 / run["duration_s"]
+    lockstep = {**_run_columns(run, O, layout), "request_rate": clients * dp * cycles_per_s,
+                "steady_batch": clients * dp, "queued_requests": 0.0 * clients, "backlog_wait_s": 0.0 * clients,
+                **{k: run[k] for k in PERCENTILE_COLUMNS}}
+    out.update({k: np.where(fits, v, out[k]) for k, v in lockstep.items()})
+
+
+def _run_at_once(at, one: dict, T, O, requests, dp, engine: EngineDefaults) -> tuple[dict, dict]:
+    """:func:`~estimator.serving.burst.all_at_once` for ``requests`` per replica, all running, and the results
+    at that batch (its prefill and decode step)."""
+    out = at(np.ceil(requests) * dp)
+    prompt = np.asarray(T, dtype=float) - out["cached_tokens"]
+    chunk = np.inf if engine.prefill_chunk_tokens is None else float(engine.prefill_chunk_tokens)
+    # a step takes prompts up to the engine's chunk, else whole prompts up to the usual step budget
+    step_tokens = np.minimum(chunk, np.maximum(prompt, PREFILL_TOKEN_BUDGET))
+    return all_at_once(requests, out["ttft_s"], prompt, O, step_tokens, one["itl_s"], out["itl_s"],
+                       not engine.prefill_runs_alone), out
+
+
+def _run_columns(run: dict, O, layout) -> dict:
+    """Result columns of an all-at-once run (per replica) over all replicas."""
+    dp = np.asarray(layout["dp"], dtype=float)
+    return {"ttft_s": run["ttft_s"], "itl_s": run["tpot_s"], "decode_tps_per_seq": 1.0 / run["tpot_s"],
+            "e2e_latency_s": run["e2e_latency_s"],
+            "tpot_inclusive_s": run["e2e_latency_s"] / np.asarray(O, dtype=float),
+            "throughput_out_tps": run["throughput_out_tps"] * dp, "decode_tps_total": run["throughput_out_tps"] * dp,
+            "throughput_out_tps_per_gpu": run["throughput_out_tps"] * dp
+            / (np.asarray(layout["tp"]) * np.asarray(layout["pp"]) * dp)}
 
 
 def _all_at_once_results(at, T, O, layout, serving, engine: EngineDefaults) -> dict:
@@ -124,22 +166,10 @@ def _all_at_once_results(at, T, O, layout, serving, engine: EngineDefaults) -> d
     slots = np.maximum(np.floor(np.minimum(one["max_batch"] / dp, serving["max_num_seqs"])), 1.0)
     requests = serving["num_requests"] / dp
     running = np.minimum(np.ceil(requests), slots)
-    out = at(running * dp)
-    prompt = np.asarray(T, dtype=float) - out["cached_tokens"]
-    chunk = np.inf if engine.prefill_chunk_tokens is None else float(engine.prefill_chunk_tokens)
-    # a step takes prompts up to the engine's chunk, else whole prompts up to the usual step budget
-    step_tokens = np.minimum(chunk, np.maximum(prompt, PREFILL_TOKEN_BUDGET))
-    run = all_at_once(requests, out["ttft_s"], prompt, O, step_tokens, one["itl_s"], out["itl_s"],
-                      not engine.prefill_runs_alone)
-    n_devices = np.asarray(layout["tp"]) * np.asarray(layout["pp"]) * dp
-    held = {"ttft_s": run["ttft_s"], "itl_s": run["tpot_s"], "decode_tps_per_seq": 1.0 / run["tpot_s"],
-            "e2e_latency_s": run["e2e_latency_s"],
-            "tpot_inclusive_s": run["e2e_latency_s"] / np.asarray(O, dtype=float),
-            "throughput_out_tps": run["throughput_out_tps"] * dp, "decode_tps_total": run["throughput_out_tps"] * dp,
-            "throughput_out_tps_per_gpu": run["throughput_out_tps"] * dp / n_devices}
+    run, out = _run_at_once(at, one, T, O, np.minimum(requests, slots), dp, engine)
     queued = with_slot_wait(out, requests * dp, running * dp)
     fits_all = requests <= slots
-    out.update({k: np.where(fits_all, v, queued.get(k, out.get(k))) for k, v in held.items()})
+    out.update({k: np.where(fits_all, v, queued.get(k, out.get(k))) for k, v in _run_columns(run, O, layout).items()})
     out.update({"prefill_phase_s": np.where(fits_all, run["prefill_phase_s"], np.nan),
                 "running_batch": running * dp, "max_running_sequences": slots * dp,
                 "queued_requests": np.maximum(requests - slots, 0) * dp})

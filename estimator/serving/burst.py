@@ -97,5 +97,29 @@ def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, 
     # with a single output token there is no gap to time: the decode step at n stands for it, as at a fixed batch
     tpot = np.where(tokens_left > 0, (e2e - ttft) / np.maximum(tokens_left, 1.0), dn[..., None])
     duration = e2e.max(axis=-1)
-    return {"ttft_s": ttft.mean(axis=-1), "tpot_s": tpot.mean(axis=-1), "e2e_latency_s": e2e.mean(axis=-1),
-            "duration_s": duration, "throughput_out_tps": n * O / duration, "prefill_phase_s": prompts_end_s}
+    out = {"ttft_s": ttft.mean(axis=-1), "tpot_s": tpot.mean(axis=-1), "e2e_latency_s": e2e.mean(axis=-1),
+           "duration_s": duration, "throughput_out_tps": n * O / duration, "prefill_phase_s": prompts_end_s}
+    out.update({f"ttft_{q}_s": np.quantile(ttft, p, axis=-1) for q, p in QUANTILES.items()})
+    out["e2e_p99_s"] = np.quantile(e2e, 0.99, axis=-1)
+    # the gaps between tokens: those in the prompt phase (a step each), the first after it (from a request's
+    # last token to the end of the prompts, plus a decode step) and the rest at the position's mean decode step
+    decode_gap = np.where(remaining > 0, decode_s / np.maximum(remaining, 1.0), dn[..., None])
+    last_prompt_token_s = ttft + in_prompt_phase * step_s[..., None]
+    gaps = np.concatenate([step_s[..., None] + 0 * ttft, prompts_end_s[..., None] - last_prompt_token_s + decode_gap,
+                           decode_gap], axis=-1)
+    counts = np.concatenate([in_prompt_phase, np.minimum(remaining, 1.0), np.maximum(remaining - 1, 0.0)], axis=-1)
+    out.update({f"itl_{q}_s": _weighted_quantile(gaps, counts, p, dn) for q, p in QUANTILES.items()})
+    return out
+
+
+QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+
+def _weighted_quantile(values, weights, q, empty):
+    """The q-quantile of ``values`` each counted ``weights`` times along the last axis (``empty`` where no weight)."""
+    order = np.argsort(values, axis=-1)
+    values, weights = np.take_along_axis(values, order, axis=-1), np.take_along_axis(weights, order, axis=-1)
+    cumulative = np.cumsum(weights, axis=-1)
+    total = cumulative[..., -1:]
+    first = np.argmax(cumulative >= q * total, axis=-1)[..., None]
+    return np.where(total[..., 0] > 0, np.take_along_axis(values, first, axis=-1)[..., 0], empty)
