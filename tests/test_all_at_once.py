@@ -35,25 +35,28 @@ def test_hand_worked_run():
 
 
 def _replay(n, prefill_s, P, O, K, d1, dn, mixed):
-    """Step by step: K prompt tokens a step in arrival order, one token a step for each admitted request (mixed)
-    or none until the prompts are done, then decode steps of d(n') = d1 + (dn − d1)(n' − 1)/(n − 1)."""
+    """Every token's time, step by step: K prompt tokens a step in arrival order, one token a step for each
+    admitted request (mixed) or none until the prompts are done, then decode steps of
+    d(n') = d1 + (dn − d1)(n' − 1)/(n − 1)."""
     steps = int(np.ceil(n * P / K))
     slope = (dn - d1) / (n - 1)
     step_s = max(prefill_s / steps, d1 + slope * max(n / 2 - 1, 0)) if mixed else prefill_s / steps
     first = [int(np.floor(((j + 1) * P - 1) / K)) + 1 for j in range(n)]
     ttft = [f * step_s for f in first]
-    left = [O - 1 - (min(steps - f, O - 1) if mixed else 0) for f in first]
-    done = [ttft[j] + (O - 1) * step_s if left[j] == 0 else None for j in range(n)]
+    early = [min(steps - f, O - 1) if mixed else 0 for f in first]      # tokens during the prompts
+    tokens = [[ttft[j] + k * step_s for k in range(early[j] + 1)] for j in range(n)]
+    left = [O - 1 - early[j] for j in range(n)]
     t = steps * step_s
     while any(x > 0 for x in left):
         active = [j for j in range(n) if left[j] > 0]
         t += d1 + slope * (len(active) - 1)
         for j in active:
             left[j] -= 1
-            if left[j] == 0:
-                done[j] = t
+            tokens[j].append(t)
+    done = [times[-1] for times in tokens]
     tpot = [(done[j] - ttft[j]) / (O - 1) for j in range(n)]
-    return np.mean(ttft), np.mean(tpot), np.mean(done), max(done)
+    gaps = np.concatenate([np.diff(times) for times in tokens])
+    return np.mean(ttft), np.mean(tpot), np.mean(done), max(done), ttft, gaps
 
 
 @pytest.mark.parametrize("mixed", [False, True])
@@ -61,11 +64,15 @@ def _replay(n, prefill_s, P, O, K, d1, dn, mixed):
 def test_the_run_matches_a_step_replay(mixed, P, O, K):
     n, prefill_s, d1, dn = 64, 0.004 * 64 * P / 100, 0.008, 0.030
     model = all_at_once(n, prefill_s, P, O, K, d1, dn, mixed)
-    ttft, tpot, e2e, duration = _replay(n, prefill_s, P, O, K, d1, dn, mixed)
+    ttft, tpot, e2e, duration, each_ttft, gaps = _replay(n, prefill_s, P, O, K, d1, dn, mixed)
     assert float(model["ttft_s"]) == pytest.approx(ttft, rel=0.05)
     assert float(model["tpot_s"]) == pytest.approx(tpot, rel=0.05)
     assert float(model["e2e_latency_s"]) == pytest.approx(e2e, rel=0.05)
     assert float(model["duration_s"]) == pytest.approx(duration, rel=0.05)
+    for q, p in (("p50", 0.5), ("p90", 0.9)):
+        assert float(model[f"ttft_{q}_s"]) == pytest.approx(np.quantile(each_ttft, p), rel=0.1)
+    for q, p in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):     # every gap between two tokens of a request
+        assert float(model[f"itl_{q}_s"]) == pytest.approx(np.quantile(gaps, p), rel=0.05)
 
 
 def test_estimate_of_an_all_at_once_run(db):
