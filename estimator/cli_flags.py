@@ -161,8 +161,9 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
                    help="under load: mix prompt chunks into decode steps within this token budget per step")
     p.add_argument("--num-requests", type=_whole(), metavar="N",
                    help="N requests sent at once (an offline run; vllm bench serve --num-prompts without a "
-                        "rate): mean TTFT, TPOT and the run's throughput; with --rate, a finite benchmark that, "
-                        "offered more than the engine serves, runs at capacity while its backlog grows")
+                        "rate; replaces --batch): mean TTFT, TPOT and the run's throughput; with --rate, a finite "
+                        "benchmark that, offered more than the engine serves, runs at capacity while its backlog "
+                        "grows")
     p.add_argument("--max-num-seqs", type=_whole(), metavar="N",
                    help="under load or with --num-requests: the scheduler runs at most N sequences at once, the "
                         "rest wait (vLLM --max-num-seqs; default: the engine profile's, e.g. vLLM 1024 on 70+ GiB "
