@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from estimator import estimate
-from estimator.serving.burst import all_at_once
+from estimator.serving.burst import all_at_once, backlog
 from estimator.validation.predict import predict_rows
 from tests.helpers import cli
 
@@ -73,6 +73,93 @@ def test_the_run_matches_a_step_replay(mixed, P, O, K):
         assert float(model[f"ttft_{q}_s"]) == pytest.approx(np.quantile(each_ttft, p), rel=0.1)
     for q, p in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):     # every gap between two tokens of a request
         assert float(model[f"itl_{q}_s"]) == pytest.approx(np.quantile(gaps, p), rel=0.05)
+
+
+def test_hand_worked_backlog():
+    """1,000 prompts of 1,000 tokens, 11 output tokens, 100 slots, 2,000 tokens a step, prefill 0.1 ms a token
+    (all linear layers), decode 10 ms at 1 and 30 ms at 100 (8 and 10 ms linear). The budget binds:
+    a = 2000 / 1010 = 1.9802 prompts a step, n = 10 a = 19.80 decoding, d(n) = 13.798 ms of which 8.380 ms
+    linear. A step carries a Poisson count of prompts, none with chance e^−a = 0.1381; one prompt's linear
+    layers (0.1 s) outlast the decode's, which hide in every step with a prompt: t̄ = 13.798 + 198.02 −
+    8.380 · 0.8619 = 204.595 ms, X = a / t̄ = 9.6786 requests/s, TTFT = 1001 / (2X) = 51.71 s. A request's decode
+    window takes the other 99 slots' prompts, 0.99 a = 1.9604 a step: TPOT = 13.798 + 196.04 − 8.380 ·
+    (1 − e^−1.9604) = 202.64 ms."""
+    mixed = backlog(1000, 100, 10.0, 10.0, 1000, 11, 2000, (0.010, 0.030), (0.008, 0.010), True)
+    assert float(mixed["tpot_s"]) == pytest.approx(0.20264, rel=1e-3)
+    assert float(mixed["ttft_s"]) == pytest.approx(51.71, rel=1e-3)
+    assert float(mixed["duration_s"]) == pytest.approx(1000 / 9.6786 + 10 * 0.204595, rel=1e-3)
+    # prefill steps alone: nothing hides, the step is the sum
+    alone = backlog(1000, 100, 10.0, 10.0, 1000, 11, 2000, (0.010, 0.030), (0.008, 0.010), False)
+    assert float(alone["duration_s"]) == pytest.approx(1000 / (1.9802 / 0.211818) + 10 * 0.211818, rel=1e-3)
+    # one slot: a request decodes alone after its prompt, a bare decode step a token
+    one = backlog(2000, 1, 0.2, 0.14, 1000, 50, 8192, (0.010, 0.010), (0.008, 0.008), True)
+    assert float(one["tpot_s"]) == pytest.approx(0.010) and float(one["itl_p99_s"]) == pytest.approx(0.010)
+
+
+def _replay_backlog(n, S, P, O, K, prefill_s, prefill_linear_s, decode_s, decode_linear_s, mixed):
+    """Every token's time, step by step: a FIFO of n requests, at most S holding a slot from their first prompt
+    token to their last token, each step K tokens: one for each decoding request, the rest for the oldest
+    prompts; a step costs d(n') plus its prompt tokens at prefill_s / (S P) each, less the hidden linear part.
+    Output lengths are drawn evenly from O/2 to 3O/2 (as a benchmark without --ignore-eos has them): equal ones
+    would keep the requests admitted together finishing together, cohorts no real run keeps."""
+    token_s, token_linear_s = prefill_s / (S * P), prefill_linear_s / (S * P)
+    outputs = np.random.default_rng(0).integers(max(O // 2, 2), O + O // 2 + 1, n)
+
+    def at(pair, running):
+        return pair[0] + ((pair[1] - pair[0]) * (running - 1) / (S - 1) if S > 1 else 0.0)
+
+    waiting, prefilling, decoding, prompt_left = list(range(n)), [], {}, {}
+    first, last, done, gaps, t = {}, {}, {}, [], 0.0
+    while len(done) < n:
+        running, taken = len(decoding), 0
+        for j in prefilling:
+            take = min(prompt_left[j], K - running - taken)
+            prompt_left[j] -= take
+            taken += take
+        while waiting and taken < K - running and len(prefilling) + running < S:
+            j = waiting.pop(0)
+            prefilling.append(j)
+            take = min(P, K - running - taken)
+            prompt_left[j], taken = P - take, taken + take
+        hidden = min(at(decode_linear_s, running), taken * token_linear_s) if mixed and running else 0.0
+        t += (at(decode_s, running) if running else 0.0) + taken * token_s - hidden
+        for j in list(decoding):
+            decoding[j] -= 1
+            gaps.append(t - last[j])
+            last[j] = t
+            if decoding[j] == 0:
+                done[j] = t
+                del decoding[j]
+        for j in [j for j in prefilling if prompt_left[j] == 0]:
+            prefilling.remove(j)
+            first[j] = last[j] = t
+            decoding[j] = outputs[j] - 1
+    ttft = np.array([first[j] for j in range(n)])
+    e2e = np.array([done[j] for j in range(n)])
+    return ttft, (e2e - ttft) / (outputs - 1), e2e, outputs.mean(), np.array(gaps)
+
+
+@pytest.mark.parametrize("S,P,O,K,mixed", [(50, 1000, 50, 8192, True), (50, 1000, 50, 8192, False),
+                                           (200, 128, 4, 8192, True), (8, 32000, 100, 8192, True),
+                                           (100, 200, 200, 2048, True), (100, 2000, 200, 8192, False),
+                                           (1, 1000, 50, 8192, True)])
+def test_the_backlog_matches_a_step_replay(S, P, O, K, mixed):
+    """The backlog's means and percentiles against the step-by-step replay of the same scheduler, both limits
+    binding in turn. Where each step takes many prompts (P = 128), the model takes their count as its mean:
+    the gaps are not compared there."""
+    n, prefill_s, decode_s, decode_linear_s = 1000, 0.0002 * S * P, (0.010, 0.030), (0.008, 0.012)
+    ttft, tpot, e2e, mean_output, gaps = _replay_backlog(n, S, P, O, K, prefill_s, 0.7 * prefill_s, decode_s,
+                                                         decode_linear_s, mixed)
+    model = backlog(n, S, prefill_s, 0.7 * prefill_s, P, mean_output, K, decode_s, decode_linear_s, mixed)
+    assert float(model["ttft_s"]) == pytest.approx(ttft.mean(), rel=0.12)
+    assert float(model["tpot_s"]) == pytest.approx(tpot.mean(), rel=0.12)
+    assert float(model["e2e_latency_s"]) == pytest.approx(e2e.mean(), rel=0.12)
+    assert float(model["duration_s"]) == pytest.approx(e2e.max(), rel=0.15)   # the last request's length varies
+    for q, p in (("p50", 0.5), ("p90", 0.9)):
+        assert float(model[f"ttft_{q}_s"]) == pytest.approx(np.quantile(ttft, p), rel=0.12)
+    if P > 128:
+        for q, p in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):     # every gap between two tokens of a request
+            assert float(model[f"itl_{q}_s"]) == pytest.approx(np.quantile(gaps, p), rel=0.05)
 
 
 def test_estimate_of_an_all_at_once_run(db):

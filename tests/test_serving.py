@@ -73,19 +73,3 @@ def test_a_sweep_under_load_is_finite_wherever_it_can_run(load):
     assert runnable.any() and (~runnable).any()
     for key in ("ttft_s", "itl_s", "decode_tps_per_seq", "throughput_out_tps", "steady_batch"):
         assert np.all(np.isfinite(t.columns[key][runnable])), key
-
-
-def test_an_all_at_once_run_waits_for_slots():
-    """1,000 requests sent at once to an engine running S of them: the later ones wait for a slot. By hand, 200
-    slots finishing in 10 s (μ = 20 requests/s) make the mean wait (1000 − 200)² / (2 · 1000 · 20) = 16 s."""
-    from estimator.serving.continuous_batching import with_slot_wait
-    from estimator.validation.predict import predict_rows
-
-    columns = {"ttft_s": np.array([1.0, 1.0]), "e2e_latency_s": np.array([10.0, 10.0]),
-               "tpot_inclusive_s": np.array([0.1, 0.1])}
-    out = with_slot_wait(columns, np.array([1000.0, 150.0]), np.array([200, 200]))
-    assert out["ttft_s"] == pytest.approx([17.0, 1.0]) and out["e2e_latency_s"] == pytest.approx([26.0, 10.0])
-    row = {"id": "x", "hardware": "h100", "n_gpus": "1", "model": "llama-3.1-8b", "weight_format": "bf16",
-           "batch": "", "input_len": "1000", "output_len": "1000", "metric": "ttft_ms", "engine": "vLLM"}
-    few, many = predict_rows([{**row, "num_requests": "10"}, {**row, "num_requests": "5000"}])
-    assert float(many["predicted"]) > 2 * float(few["predicted"])   # a backlog of thousands, not a batch prefill

@@ -11,13 +11,12 @@ import numpy as np
 from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults
 from estimator.evaluation.fixed_batch import DEFAULT_SERVING, results_at_batch
 from estimator.physics.memory import PREFILL_TOKEN_BUDGET
-from estimator.serving.burst import all_at_once
+from estimator.serving.burst import all_at_once, backlog
 from estimator.serving.continuous_batching import (
     MAX_UTILISATION,
     backlog_wait_s,
     max_sustainable_rate,
     steady_state,
-    with_slot_wait,
 )
 from estimator.serving.lengths import LengthMix, batch_that_fits, request_spread
 
@@ -137,12 +136,17 @@ def _run_at_once(at, one: dict, T, O, requests, dp, engine: EngineDefaults) -> t
     """:func:`~estimator.serving.burst.all_at_once` for ``requests`` per replica, all running, and the results
     at that batch (its prefill and decode step)."""
     out = at(np.ceil(requests) * dp)
-    prompt = np.asarray(T, dtype=float) - out["cached_tokens"]
-    chunk = np.inf if engine.prefill_chunk_tokens is None else float(engine.prefill_chunk_tokens)
-    # a step takes prompts up to the engine's chunk, else whole prompts up to the usual step budget
-    step_tokens = np.minimum(chunk, np.maximum(prompt, PREFILL_TOKEN_BUDGET))
+    prompt, step_tokens = _prompt_steps(T, out, engine)
     return all_at_once(requests, out["ttft_s"], prompt, O, step_tokens, one["itl_s"], out["itl_s"],
                        not engine.prefill_runs_alone), out
+
+
+def _prompt_steps(T, out: dict, engine: EngineDefaults):
+    """The prompt tokens each request computes, and the most prompt tokens one step takes: the engine's chunk,
+    else whole prompts up to the usual step budget."""
+    prompt = np.asarray(T, dtype=float) - out["cached_tokens"]
+    chunk = np.inf if engine.prefill_chunk_tokens is None else float(engine.prefill_chunk_tokens)
+    return prompt, np.minimum(chunk, np.maximum(prompt, PREFILL_TOKEN_BUDGET))
 
 
 def _run_columns(run: dict, O, layout) -> dict:
@@ -159,19 +163,23 @@ def _run_columns(run: dict, O, layout) -> dict:
 def _all_at_once_results(at, T, O, layout, serving, engine: EngineDefaults) -> dict:
     """``num_requests`` N sent at once, no load (docs/formulas.md §14, "All-at-once runs"). The engine runs
     S = min(N_kv, max_num_seqs) sequences per replica; when it holds all N the run is the two phases of
-    :func:`~estimator.serving.burst.all_at_once`; beyond, it runs S and the rest wait for a slot
-    (:func:`~estimator.serving.continuous_batching.with_slot_wait`)."""
+    :func:`~estimator.serving.burst.all_at_once`; beyond, it refills freed slots from a steady backlog
+    (:func:`~estimator.serving.burst.backlog`)."""
     dp = np.asarray(layout["dp"], dtype=float)
     one = at(dp)                                                  # one sequence on each replica
     slots = np.maximum(np.floor(np.minimum(one["max_batch"] / dp, serving["max_num_seqs"])), 1.0)
     requests = serving["num_requests"] / dp
-    running = np.minimum(np.ceil(requests), slots)
-    run, out = _run_at_once(at, one, T, O, np.minimum(requests, slots), dp, engine)
-    queued = with_slot_wait(out, requests * dp, running * dp)
     fits_all = requests <= slots
-    out.update({k: np.where(fits_all, v, queued.get(k, out.get(k))) for k, v in _run_columns(run, O, layout).items()})
-    out.update({"prefill_phase_s": np.where(fits_all, run["prefill_phase_s"], np.nan),
-                "running_batch": running * dp, "max_running_sequences": slots * dp,
+    run, out = _run_at_once(at, one, T, O, np.minimum(requests, slots), dp, engine)
+    if not np.all(fits_all):
+        prompt, step_tokens = _prompt_steps(T, out, engine)
+        queued = backlog(requests, slots, out["ttft_s"], out["prefill_linear_s"], prompt, O, step_tokens,
+                         (one["itl_s"], out["itl_s"]), (one["decode_linear_s"], out["decode_linear_s"]),
+                         not engine.prefill_runs_alone)
+        run = {k: np.where(fits_all, v, queued[k]) for k, v in run.items()}
+    out.update({**_run_columns(run, O, layout), **{k: run[k] for k in PERCENTILE_COLUMNS},
+                "prefill_phase_s": run["prefill_phase_s"],
+                "running_batch": np.minimum(np.ceil(requests), slots) * dp, "max_running_sequences": slots * dp,
                 "queued_requests": np.maximum(requests - slots, 0) * dp})
     return out
 

@@ -242,6 +242,9 @@ def _speed_rows(r: dict) -> list[tuple[str, str]]:
             ("TPOT (mean time per output token after the first)", seconds(r["itl_s"])),
             ("end-to-end latency (mean)", seconds(r["e2e_latency_s"])),
             ("output tokens/s over the run", rate(r["throughput_out_tps"])),
+            ("TTFT p50 / p90 / p99", " / ".join(seconds(r[f"ttft_{q}_s"]) for q in ("p50", "p90", "p99"))),
+            ("ITL p50 / p90 / p99", " / ".join(seconds(r[f"itl_{q}_s"]) for q in ("p50", "p90", "p99"))),
+            ("end-to-end p99", seconds(r["e2e_p99_s"])),
         ]
     return [
         ("TTFT (prefill, no queueing)", seconds(r["ttft_s"]) + _range(r, "ttft_s", seconds)),

@@ -123,3 +123,116 @@ def _weighted_quantile(values, weights, q, empty):
     total = cumulative[..., -1:]
     first = np.argmax(cumulative >= q * total, axis=-1)[..., None]
     return np.where(total[..., 0] > 0, np.take_along_axis(values, first, axis=-1)[..., 0], empty)
+
+
+
+def backlog(requests, slots, prefill_s, prefill_linear_s, prompt_tokens, output_tokens, step_tokens, decode_s,
+            decode_linear_s, mixed) -> dict[str, np.ndarray]:
+    """Mean and percentile latencies of n requests sent at once to an engine that runs only S of them.
+
+    The engine refills each freed slot from the waiting requests, so after a short ramp it runs a steady
+    backlog (docs/formulas.md §14, "All-at-once runs beyond the running limit"). Each step admits a
+    requests on average, whose prompts ride in it with the n = a (O − 1) sequences decoding. Two limits
+    bound a: the step's token budget K (n + a P ≤ K, vLLM's max_num_batched_tokens) and the slots, each held
+    for the ⌈P / (K − n)⌉ steps of its prompt and O − 1 more: a = min(K / (P + O − 1),
+    S / (⌈P / (K − n)⌉ + O − 1)).
+
+    Once request lengths vary, slots free at random, so the prompts a step takes are a Poisson count of
+    mean a, each of P tokens, all within the step's room K − n (a prompt longer than the room fills whole
+    rooms in a share a P / (K − n) of the steps). A decode step of n costs d(n); a step carrying T prompt
+    tokens adds their prefill, T · T_pf / (S P). Where decode tokens ride in prefill steps, their linear
+    layers run in the same GEMMs as the prompt tokens, so the shorter of the two linear-layer times (the
+    decode's weight streaming, as a rule) hides under the longer one; attention, overheads and communication
+    add. Where prefill steps run alone, all of it adds.
+
+    Requests complete at X = a / t̄ a second (t̄ the mean step): request i has its first token at
+    (i + 1) / X, so TTFT's mean is (n + 1) / (2X) and its q-quantile q n / X; the last prompt is in at n / X
+    and the run lasts n / X + (O − 1) t̄. A request's own prompt is never in its decode window, so the steps
+    it decodes through take the prompts of the other S − 1 slots, a (S − 1) / S a step: their mean is its
+    TPOT, and the quantiles of their times are the ITL percentiles.
+
+    Parameters
+    ----------
+    requests, slots : array
+        n, and S < n, the sequences the engine runs at once.
+    prefill_s, prefill_linear_s : array
+        T_pf, the prefill of S prompts as one batch, and its linear layers' part.
+    prompt_tokens, output_tokens, step_tokens, mixed : array
+        As for :func:`all_at_once`.
+    decode_s, decode_linear_s : tuple of arrays
+        A decode step at one sequence and at S, and the linear layers' part of each.
+
+    Examples
+    --------
+    1,000 prompts of 1,000 tokens and 11 output tokens, 100 slots, a budget of 2,000 tokens a step, prefill at
+    0.1 ms a token (all of it linear layers), decode 10 ms at one sequence and 30 ms at 100 (8 ms and 10 ms
+    of it linear layers). The budget, not the slots, binds: each step admits 2,000 / 1,010 ≈ 2 requests and
+    runs about 20 decodes; the decode's linear layers hide under the prompt tokens' 0.2 s, except in the
+    steps that happen to carry no prompt.
+
+    >>> r = backlog(1000, 100, 10.0, 10.0, 1000, 11, 2000, (0.010, 0.030), (0.008, 0.010), True)
+    >>> round(float(r["tpot_s"]), 4), round(float(r["ttft_s"]), 1), round(float(r["throughput_out_tps"]), 1)
+    (0.2026, 51.7, 104.4)
+    """
+    n, S, T_pf, T_lin, P, O, K, d1, dS, l1, lS, mixed = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (
+        requests, slots, prefill_s, prefill_linear_s, prompt_tokens, output_tokens, step_tokens, *decode_s,
+        *decode_linear_s, mixed)))
+    steps_decoding = np.maximum(O - 1, 0.0)
+    admitted = np.minimum(K / (P + steps_decoding), S / (np.ceil(P / K) + steps_decoding))
+    for _ in range(2):   # a slot is held for the prompt's steps (at most K − n tokens a step) and O − 1 more
+        prompt_steps = np.ceil(P / np.maximum(K - admitted * steps_decoding, 1.0))
+        admitted = np.minimum(K / (P + steps_decoding), S / (prompt_steps + steps_decoding))
+    running = np.maximum(admitted * steps_decoding, 1.0)
+
+    def at_running(one, full):   # affine in the batch between one sequence and S
+        return one + np.where(S > 1, (full - one) / np.maximum(S - 1, 1.0), 0.0) * (running - 1)
+
+    token_s, token_linear_s = T_pf / np.maximum(S * P, 1.0), T_lin / np.maximum(S * P, 1.0)
+    room = np.maximum(K - running, 1.0)
+    decode_step_s, decode_linear = at_running(d1, dS), np.where(mixed > 0, at_running(l1, lS), 0.0)
+
+    def step_with(tokens):   # a decode step carrying ``tokens`` prompt tokens
+        return decode_step_s + tokens * token_s - np.minimum(decode_linear, tokens * token_linear_s)
+
+    def mean_step_s(prompts):   # every prompt token computed once; the decode's linear layers hide where one is
+        lumps, chances = _prompt_lumps(prompts, P, room)
+        hidden = np.minimum(decode_linear[..., None], lumps * token_linear_s[..., None])
+        return decode_step_s + prompts * P * token_s - np.sum(chances * hidden, axis=-1), lumps, chances
+
+    step_s = mean_step_s(admitted)[0]
+    completions_per_s = admitted / step_s
+    # a request's own prompt is never in its decode window: the prompts of the other S − 1 slots are
+    tpot_s, lumps, chances = mean_step_s(admitted * (S - 1) / S)
+    out = {"ttft_s": (n + 1) / (2 * completions_per_s), "prefill_phase_s": n / completions_per_s, "tpot_s": tpot_s,
+           "duration_s": n / completions_per_s + steps_decoding * step_s}
+    out["e2e_latency_s"] = out["ttft_s"] + steps_decoding * out["tpot_s"]
+    out["throughput_out_tps"] = n * O / out["duration_s"]
+    out.update({f"ttft_{q}_s": np.maximum(p * n, 1.0) / completions_per_s for q, p in QUANTILES.items()})
+    # a gap between two tokens is one step; its time grows with the prompt tokens the step carries
+    out.update({f"itl_{q}_s": step_with(_weighted_quantile(lumps, chances, p, 0.0)) for q, p in QUANTILES.items()})
+    out["e2e_p99_s"] = out["ttft_p99_s"] + steps_decoding * out["tpot_s"]
+    return out
+
+
+LUMPS = 48   # prompt counts 0 … LUMPS − 1 per step: a Poisson law of mean ≤ 16 has < 1e-8 of its mass beyond
+
+
+def _prompt_lumps(admitted, prompt_tokens, room):
+    """The prompt tokens a step carries (trailing axis) and their chances, for a prompts admitted a step.
+
+    Freed slots come at random once request lengths vary, so the prompts a step takes are a Poisson count of
+    mean a, each of P tokens and all within the step's room K − n. A prompt longer than the room spreads over
+    several steps: then a share a P / (K − n) of the steps carries a full room. Past a mean of 16 prompts a
+    step the count is taken as its mean, the Poisson law's spread being small beside it.
+    """
+    a, P, room = (np.asarray(v, dtype=float)[..., None] for v in np.broadcast_arrays(admitted, prompt_tokens, room))
+    k = np.arange(LUMPS, dtype=float)
+    log_factorial = np.concatenate([[0.0], np.cumsum(np.log(k[1:]))])
+    poisson = np.exp(k * np.log(np.maximum(a, 1e-300)) - a - log_factorial)
+    crowded = a > LUMPS / 3   # many prompts a step: one lump of their mean count
+    chances = np.where(crowded, np.where(k == 0, 1.0, 0.0), poisson)
+    lumps = np.minimum(np.where(crowded & (k == 0), a, k) * P, room)
+    long = P >= room
+    share = np.minimum(a * P / room, 1.0)
+    chances = np.where(long, np.where(k == 0, 1 - share, np.where(k == 1, share, 0.0)), chances)
+    return np.broadcast_to(lumps, chances.shape), chances

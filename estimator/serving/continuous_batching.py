@@ -166,17 +166,6 @@ def backlog_wait_s(requests, rate, capacity, slots, quantile=None):
     return np.where(a > 0, a * (n - first) ** 2 / (2 * np.maximum(n, 1.0)), 0.0)
 
 
-def with_slot_wait(columns: dict, requests: np.ndarray, slots: np.ndarray) -> dict:
-    """An all-at-once run of more requests than the engine runs at once: the later ones wait for a slot, the
-    finite backlog at an unbounded arrival rate (docs/formulas.md §14, "Finite benchmarks"): with S slots
-    finishing S / E2E requests a second, the mean wait over n requests is (n − S)² / (2 n μ). ``columns`` are
-    result columns at the batch S (``ttft_s``, ``e2e_latency_s``, ``tpot_inclusive_s``)."""
-    e2e_s = np.asarray(columns["e2e_latency_s"], dtype=float)
-    wait = np.where(requests > slots, backlog_wait_s(requests, np.inf, slots / e2e_s, slots), 0.0)
-    return {**columns, "ttft_s": columns["ttft_s"] + wait, "e2e_latency_s": e2e_s + wait,
-            "tpot_inclusive_s": (e2e_s + wait) * columns["tpot_inclusive_s"] / e2e_s}
-
-
 def max_sustainable_rate(itl_at_max, prefill_s, output_tokens, max_batch):
     """Request rate at which the decode batch reaches the KV-cache capacity (whole-prompt prefill).
 

@@ -69,10 +69,11 @@ PERCENTILE_COLUMNS = {("ttft_ms", "median"): "ttft_p50_s", ("ttft_ms", "p90"): "
                       ("e2e_latency_s", "p99"): "e2e_p99_s"}
 
 
-def result_column(metric: str, statistic: str, under_load: bool) -> tuple[str, float]:
-    """The result column a measured metric is compared with, and the factor to the metric's unit."""
+def result_column(metric: str, statistic: str, engine_sets_batch: bool) -> tuple[str, float]:
+    """The result column a measured metric is compared with, and the factor to the metric's unit: a percentile
+    where the engine's scheduler runs the requests (under a load, or all sent at once)."""
     column, factor = METRICS[metric]
-    return (PERCENTILE_COLUMNS.get((metric, statistic), column) if under_load else column), factor
+    return (PERCENTILE_COLUMNS.get((metric, statistic), column) if engine_sets_batch else column), factor
 
 
 REQUIRED = ("id", "hardware", "n_gpus", "model", "weight_format", "batch", "input_len", "output_len", "metric")
@@ -286,7 +287,8 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             resolved.batch_caps.append(min(cap, at_once or math.inf))
             resolved.requests_at_once.append(float(at_once))
             resolved.metrics.append(result["metric"])
-            resolved.columns.append(result_column(result["metric"], _cell(row, "statistic"), serving.under_load))
+            resolved.columns.append(result_column(result["metric"], _cell(row, "statistic"),
+                                                  serving.engine_sets_batch))
         out.append(result)
     return resolved, out
 
