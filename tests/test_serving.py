@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from estimator.evaluation.api import estimate
-from estimator.serving.continuous_batching import _ttft, steady_state
+from estimator.serving.continuous_batching import MixedSteps, _service, _ttft, steady_state
+from estimator.validation.predict import predict_rows
+
+ROOT = Path(__file__).resolve().parents[1]
 
 COMMON = dict(prompt_tokens=1024, output_tokens=256)
 
@@ -58,7 +64,8 @@ def test_chunked_prefill_trades_ttft_for_smoother_decode(db):
 
 
 def test_chunked_ttft_counts_whole_chunks():
-    t = _ttft(np.array(0.1), np.array(1000.0), np.array(300.0), np.array(0.02), np.array(0.01), np.array(0.0))
+    service = _service(np.array(0.1), np.array(1000.0), np.array(300.0), np.array(0.02))   # 4 chunks of 300
+    t = _ttft(service, np.array(0.1), np.array(0.01), np.array(0.0))
     assert float(t) == pytest.approx(4 * 0.02 + 0.005)
 
 
@@ -73,3 +80,48 @@ def test_a_sweep_under_load_is_finite_wherever_it_can_run(load):
     assert runnable.any() and (~runnable).any()
     for key in ("ttft_s", "itl_s", "decode_tps_per_seq", "throughput_out_tps", "steady_batch"):
         assert np.all(np.isfinite(t.columns[key][runnable])), key
+
+
+def test_a_mixed_step_by_hand():
+    """Prompts of 467 tokens arriving at 16/s ride in the decode steps: a prompt token costs 57 us (50 us of it
+    linear layers), so the prompts take X P t_tok = 42.6% of the time. A 20-sequence decode step of 40 ms has
+    10.77 ms of linear layers (affine from 10 ms at one sequence to 14 ms at 100); one prompt's 23.35 ms of
+    linear layers outlast them, so they hide in every step that carries a prompt: with the step before at
+    50 ms, a Poisson count of mean 0.8, in 1 − e^−0.8 = 55.1% of the steps. t = (40 − 5.93) / (1 − 0.4259)."""
+    mixed = MixedSteps(token_s=np.array(57e-6), token_linear_s=np.array(50e-6), decode_linear_s=(0.010, 0.014),
+                       slots=np.array(100.0), step_tokens=np.array(8192.0))
+    t = mixed.step_s(np.array(0.040), np.array(16.0), np.array(467.0), np.array(20.0), np.array(0.050))
+    hidden = (0.010 + 0.004 * 19 / 99) * (1 - np.exp(-0.8))
+    assert float(t) == pytest.approx((0.040 - hidden) / (1 - 16 * 467 * 57e-6), rel=1e-9)
+    # prompts arriving faster than a step can take them: no steady state
+    assert np.isinf(mixed.step_s(np.array(0.040), np.array(40.0), np.array(467.0), np.array(20.0), np.array(0.05)))
+
+
+def test_mixed_steps_stall_less_than_whole_prompts(db):
+    """The same load on an engine that mixes prompts into decode steps (vLLM) and on one whose prefill steps
+    run alone (SGLang): the stalls cost the second more time between tokens."""
+    load = {"rate": 8.0, "prompt_tokens": 2048, "output_tokens": 256}
+    mixing, alone = (estimate("llama-3.1-8b", "h100", engine=name, **load) for name in ("vLLM", "SGLang"))
+    assert mixing.itl_s < alone.itl_s
+    assert mixing.throughput_out_tps == pytest.approx(alone.throughput_out_tps) == 8.0 * 256   # both keep up
+
+
+def test_a_published_mixed_step_itl():
+    """TensorRT-LLM 0.14 behind Triton, Llama-3.1-70B on 4 H100, 500 requests of 467 prompt and 256 output
+    tokens at 16/s: a mean ITL of 66 ms. Whole-prompt stalls put it at 213 ms; mixed steps come within 40%."""
+    rows = [r for r in csv.DictReader((ROOT / "measurements_db" / "datacenter-2025.csv").open(encoding="utf-8"))
+            if r["id"] == "trt014srv-l31-70b-h100-tp4-467-256-qps16-itl"]
+    out = predict_rows(rows)[0]
+    assert out["status"] == "ok"
+    assert 0.6 < float(out["predicted"]) / float(rows[0]["value"]) < 1.4
+
+
+def test_a_finite_run_reports_its_throughput_over_its_duration(db):
+    """500 requests at 16/s: the last arrives at 499/16 s and ends one E2E later, so the run's output tokens/s is
+    the steady state's scaled by (500/16) / (499/16 + E2E); an endless run keeps the steady state's."""
+    load = {"rate": 16.0, "prompt_tokens": 467, "output_tokens": 256}
+    endless = estimate("llama-3.1-70b", "h100", n_gpus=4, engine="TensorRT-LLM", **load)
+    run = estimate("llama-3.1-70b", "h100", n_gpus=4, engine="TensorRT-LLM", num_requests=500, **load)
+    assert endless.throughput_out_tps == pytest.approx(16.0 * 256)
+    duration = 499 / 16.0 + run.e2e_latency_s
+    assert run.throughput_out_tps == pytest.approx(16.0 * 256 * (500 / 16.0) / duration, rel=1e-6)

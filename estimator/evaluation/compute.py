@@ -14,6 +14,7 @@ from estimator.physics.memory import PREFILL_TOKEN_BUDGET
 from estimator.serving.burst import all_at_once, backlog
 from estimator.serving.continuous_batching import (
     MAX_UTILISATION,
+    MixedSteps,
     backlog_wait_s,
     max_sustainable_rate,
     steady_state,
@@ -61,17 +62,20 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     max_batch = one["max_batch"] / dp if mix is None else \
         batch_that_fits(one["max_batch"] / dp, float(sum(mix.decode_lengths())), mix.final_length_spread())
     slots = np.maximum(np.minimum(max_batch, serving["max_num_seqs"]), 1)
-    capacity = max_sustainable_rate(at(slots * dp)["itl_s"], requests["prefill_s"], O, slots)   # per replica
+    full = at(slots * dp)
+    prompt_tokens = np.asarray(T, dtype=float) - requests["cached_tokens"]
+    mixed = None if engine.prefill_runs_alone else _mixed_steps(one, full, prompt_tokens, slots, engine)
+    capacity = max_sustainable_rate(full["itl_s"], requests["prefill_s"], O, slots) if mixed is None else \
+        mixed.capacity(full["itl_s"], prompt_tokens, O)                                          # per replica
     # a finite benchmark (num_requests) offered more than that runs at capacity while its backlog grows
     rate = serving["rate"] / dp
     finite = (np.asarray(serving["num_requests"]) > 0) & (rate > 0)
     served = np.where(finite, np.minimum(rate, MAX_UTILISATION * capacity), rate)
     backlog = {q: backlog_wait_s(np.asarray(serving["num_requests"]) / dp, np.where(finite, rate, 0.0), capacity,
                                  slots, p) for q, p in (("mean", None), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}
-    state = steady_state(lambda n: at(n * dp)["itl_s"], requests["prefill_s"],
-                         np.asarray(T, dtype=float) - requests["cached_tokens"], O, serving["concurrency"] / dp,
-                         served, max_batch, serving["chunk_tokens"], prefill_scv=requests["scv"],
-                         max_num_seqs=serving["max_num_seqs"])
+    state = steady_state(lambda n: at(n * dp)["itl_s"], requests["prefill_s"], prompt_tokens, O,
+                         serving["concurrency"] / dp, served, max_batch, serving["chunk_tokens"],
+                         prefill_scv=requests["scv"], max_num_seqs=serving["max_num_seqs"], mixed=mixed)
     steady = state["steady_batch"] * dp
     # a saturated engine runs full while its queue grows: report it at the largest batch that fits
     batch = np.where(state["saturated"], np.maximum(np.minimum(steady, np.floor(max_batch) * dp), dp), steady)
@@ -81,6 +85,12 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     if end_step:   # the last step of a generation, with the same prefill stalls as the mean step
         out["itl_end_s"] = out["itl_end_s"] * finite_itl / out["itl_s"]
     request_rate = state["request_rate"] * dp
+    # a finite benchmark reports its output tokens over its duration: its last request arrives (or, behind a
+    # backlog, starts) at (n − 1) / X and ends a request's E2E later (docs/formulas.md §14, "Finite benchmarks")
+    requests_run = np.asarray(serving["num_requests"], dtype=float) / dp
+    service_e2e_s = state["ttft_s"] + np.maximum(np.asarray(O, dtype=float) - 1, 0) * finite_itl
+    X = np.maximum(state["request_rate"], 1e-300)
+    over_run = np.where(finite, requests_run / X / ((requests_run - 1) / X + service_e2e_s), 1.0)
     out.update({
         "ttft_prefill_s": requests["prefill_s"],
         "kv_tier_load_s": one["kv_tier_load_s"],      # per prompt, as the prefill above
@@ -91,8 +101,8 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
         "decode_tps_total": steady / finite_itl,
         "e2e_latency_s": state["ttft_s"] + backlog["mean"] + np.maximum(np.asarray(O, dtype=float) - 1, 0)
         * finite_itl,
-        "throughput_out_tps": request_rate * np.asarray(O, dtype=float),
-        "throughput_out_tps_per_gpu": request_rate * np.asarray(O, dtype=float)
+        "throughput_out_tps": request_rate * np.asarray(O, dtype=float) * over_run,
+        "throughput_out_tps_per_gpu": request_rate * np.asarray(O, dtype=float) * over_run
         / (np.asarray(layout["tp"]) * np.asarray(layout["pp"]) * dp),
         "request_rate": request_rate,
         "steady_batch": batch,
@@ -136,17 +146,25 @@ def _run_at_once(at, one: dict, T, O, requests, dp, engine: EngineDefaults) -> t
     """:func:`~estimator.serving.burst.all_at_once` for ``requests`` per replica, all running, and the results
     at that batch (its prefill and decode step)."""
     out = at(np.ceil(requests) * dp)
-    prompt, step_tokens = _prompt_steps(T, out, engine)
-    return all_at_once(requests, out["ttft_s"], prompt, O, step_tokens, one["itl_s"], out["itl_s"],
+    prompt = np.asarray(T, dtype=float) - out["cached_tokens"]
+    return all_at_once(requests, out["ttft_s"], prompt, O, _step_tokens(prompt, engine), one["itl_s"], out["itl_s"],
                        not engine.prefill_runs_alone), out
 
 
-def _prompt_steps(T, out: dict, engine: EngineDefaults):
-    """The prompt tokens each request computes, and the most prompt tokens one step takes: the engine's chunk,
-    else whole prompts up to the usual step budget."""
-    prompt = np.asarray(T, dtype=float) - out["cached_tokens"]
+def _step_tokens(prompt_tokens, engine: EngineDefaults):
+    """The most prompt tokens one step takes: the engine's chunk, else whole prompts up to the usual step
+    budget."""
     chunk = np.inf if engine.prefill_chunk_tokens is None else float(engine.prefill_chunk_tokens)
-    return prompt, np.minimum(chunk, np.maximum(prompt, PREFILL_TOKEN_BUDGET))
+    return np.minimum(chunk, np.maximum(prompt_tokens, PREFILL_TOKEN_BUDGET))
+
+
+def _mixed_steps(one: dict, full: dict, prompt_tokens, slots, engine: EngineDefaults) -> MixedSteps:
+    """How arriving prompts ride in the decode steps of an engine that mixes them, from the results at one
+    sequence and at the S slots (:class:`~estimator.serving.continuous_batching.MixedSteps`)."""
+    prompts = np.maximum(np.floor(slots) * prompt_tokens, 1.0)       # S prompts as one batch: T_pf(S)
+    return MixedSteps(token_s=full["ttft_s"] / prompts, token_linear_s=full["prefill_linear_s"] / prompts,
+                      decode_linear_s=(one["decode_linear_s"], full["decode_linear_s"]), slots=np.floor(slots),
+                      step_tokens=_step_tokens(prompt_tokens, engine))
 
 
 def _run_columns(run: dict, O, layout) -> dict:
@@ -172,10 +190,10 @@ def _all_at_once_results(at, T, O, layout, serving, engine: EngineDefaults) -> d
     fits_all = requests <= slots
     run, out = _run_at_once(at, one, T, O, np.minimum(requests, slots), dp, engine)
     if not np.all(fits_all):
-        prompt, step_tokens = _prompt_steps(T, out, engine)
-        queued = backlog(requests, slots, out["ttft_s"], out["prefill_linear_s"], prompt, O, step_tokens,
-                         (one["itl_s"], out["itl_s"]), (one["decode_linear_s"], out["decode_linear_s"]),
-                         not engine.prefill_runs_alone)
+        prompt = np.asarray(T, dtype=float) - out["cached_tokens"]
+        queued = backlog(requests, slots, out["ttft_s"], out["prefill_linear_s"], prompt, O,
+                         _step_tokens(prompt, engine), (one["itl_s"], out["itl_s"]),
+                         (one["decode_linear_s"], out["decode_linear_s"]), not engine.prefill_runs_alone)
         run = {k: np.where(fits_all, v, queued[k]) for k, v in run.items()}
     out.update({**_run_columns(run, O, layout), **{k: run[k] for k in PERCENTILE_COLUMNS},
                 "prefill_phase_s": run["prefill_phase_s"],

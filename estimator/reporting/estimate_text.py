@@ -223,7 +223,7 @@ def _speed_rows(r: dict) -> list[tuple[str, str]]:
         return [
             ("TTFT (with queueing)", seconds(r["ttft_s"])),
             ("prefill of one prompt alone", seconds(r["ttft_prefill_s"])),
-            ("ITL (mean, prefill stalls included)", seconds(r["itl_s"])),
+            ("ITL (mean, with the prompts' cost)", seconds(r["itl_s"])),
             ("ITL at the last step (context prompt + output)", seconds(r["itl_end_s"])),
             ("decode tokens/s per user", rate(r["decode_tps_per_seq"])),
             ("output tokens/s, all users", rate(r["throughput_out_tps"])),

@@ -299,7 +299,7 @@ def _assumptions(spec: PlanSpec) -> list[str]:
                                               f"{len(fit.sources)} source(s) ({fit.date})" if fit else
                                               "prior efficiencies, not fitted to measurements"),
         "Efficiencies: datasheet peaks x default device efficiencies (no calibration profile applied in reports)",
-        "Decode: continuous batching at the planned load (Little's law), prefill stalls included; TTFT includes "
+        "Decode: continuous batching at the planned load (Little's law), the prompts' cost included; TTFT includes "
         "queueing; KV cache paged in 16-token blocks, f16",
         "Layouts: tensor parallelism within a node, further devices as data-parallel replicas",
         "MoE: uniform expert routing (an upper bound on experts read per step)",

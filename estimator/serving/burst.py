@@ -195,7 +195,7 @@ def backlog(requests, slots, prefill_s, prefill_linear_s, prompt_tokens, output_
         return decode_step_s + tokens * token_s - np.minimum(decode_linear, tokens * token_linear_s)
 
     def mean_step_s(prompts):   # every prompt token computed once; the decode's linear layers hide where one is
-        lumps, chances = _prompt_lumps(prompts, P, room)
+        lumps, chances = prompt_lumps(prompts, P, room)
         hidden = np.minimum(decode_linear[..., None], lumps * token_linear_s[..., None])
         return decode_step_s + prompts * P * token_s - np.sum(chances * hidden, axis=-1), lumps, chances
 
@@ -217,7 +217,7 @@ def backlog(requests, slots, prefill_s, prefill_linear_s, prompt_tokens, output_
 LUMPS = 48   # prompt counts 0 … LUMPS − 1 per step: a Poisson law of mean ≤ 16 has < 1e-8 of its mass beyond
 
 
-def _prompt_lumps(admitted, prompt_tokens, room):
+def prompt_lumps(admitted, prompt_tokens, room):
     """The prompt tokens a step carries (trailing axis) and their chances, for a prompts admitted a step.
 
     Freed slots come at random once request lengths vary, so the prompts a step takes are a Poisson count of
