@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from estimator.evaluation.api import estimate
-from estimator.serving.continuous_batching import MixedSteps, _service, _ttft, steady_state
+from estimator.serving.continuous_batching import _service, _ttft, steady_state
+from estimator.serving.mixed_steps import MixedSteps
 from estimator.validation.predict import predict_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,11 +91,11 @@ def test_a_mixed_step_by_hand():
     50 ms, a Poisson count of mean 0.8, in 1 − e^−0.8 = 55.1% of the steps. t = (40 − 5.93) / (1 − 0.4259)."""
     mixed = MixedSteps(token_s=np.array(57e-6), token_linear_s=np.array(50e-6), decode_linear_s=(0.010, 0.014),
                        slots=np.array(100.0), step_tokens=np.array(8192.0))
-    t = mixed.step_s(np.array(0.040), np.array(16.0), np.array(467.0), np.array(20.0), np.array(0.050))
+    t = mixed.steady_step_s(np.array(0.040), np.array(16.0), np.array(467.0), np.array(20.0), np.array(0.050))
     hidden = (0.010 + 0.004 * 19 / 99) * (1 - np.exp(-0.8))
     assert float(t) == pytest.approx((0.040 - hidden) / (1 - 16 * 467 * 57e-6), rel=1e-9)
     # prompts arriving faster than a step can take them: no steady state
-    assert np.isinf(mixed.step_s(np.array(0.040), np.array(40.0), np.array(467.0), np.array(20.0), np.array(0.05)))
+    assert np.isinf(mixed.steady_step_s(np.array(0.040), np.array(40.0), np.array(467.0), np.array(20.0), np.array(0.05)))
 
 
 def test_mixed_steps_stall_less_than_whole_prompts(db):
@@ -125,3 +126,12 @@ def test_a_finite_run_reports_its_throughput_over_its_duration(db):
     assert endless.throughput_out_tps == pytest.approx(16.0 * 256)
     duration = 499 / 16.0 + run.e2e_latency_s
     assert run.throughput_out_tps == pytest.approx(16.0 * 256 * (500 / 16.0) / duration, rel=1e-6)
+
+
+def test_mixed_steps_gaps_are_bare_steps_or_steps_with_prompts(db):
+    """8 prompts of 2,048 tokens a second on vLLM: most steps carry no prompt (the median gap is a bare decode
+    step, below the mean), the 90th percentile is a step that carries one prompt and the 99th one that carries
+    two, each prompt adding its prefill in a full step (less the decode's linear layers, hidden once)."""
+    e = estimate("llama-3.1-8b", "h100", engine="vLLM", rate=8.0, prompt_tokens=2048, output_tokens=256)
+    assert e.itl_p50_s < e.itl_s < e.itl_p90_s < e.itl_p99_s
+    assert e.itl_p99_s - e.itl_p50_s == pytest.approx(2 * (e.itl_p90_s - e.itl_p50_s), rel=0.1)

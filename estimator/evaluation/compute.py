@@ -14,12 +14,12 @@ from estimator.physics.memory import PREFILL_TOKEN_BUDGET
 from estimator.serving.burst import all_at_once, backlog
 from estimator.serving.continuous_batching import (
     MAX_UTILISATION,
-    MixedSteps,
     backlog_wait_s,
     max_sustainable_rate,
     steady_state,
 )
 from estimator.serving.lengths import LengthMix, batch_that_fits, request_spread
+from estimator.serving.mixed_steps import MixedSteps
 
 # Latency percentiles under a load, from estimator.serving.percentiles.
 PERCENTILE_COLUMNS = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_p99_s")
@@ -160,7 +160,7 @@ def _step_tokens(prompt_tokens, engine: EngineDefaults):
 
 def _mixed_steps(one: dict, full: dict, prompt_tokens, slots, engine: EngineDefaults) -> MixedSteps:
     """How arriving prompts ride in the decode steps of an engine that mixes them, from the results at one
-    sequence and at the S slots (:class:`~estimator.serving.continuous_batching.MixedSteps`)."""
+    sequence and at the S slots (:class:`~estimator.serving.mixed_steps.MixedSteps`)."""
     prompts = np.maximum(np.floor(slots) * prompt_tokens, 1.0)       # S prompts as one batch: T_pf(S)
     return MixedSteps(token_s=full["ttft_s"] / prompts, token_linear_s=full["prefill_linear_s"] / prompts,
                       decode_linear_s=(one["decode_linear_s"], full["decode_linear_s"]), slots=np.floor(slots),

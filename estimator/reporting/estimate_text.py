@@ -153,10 +153,10 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
     parts.append("  -> " + verdict)
     if r.get("saturated"):
         parts += ["", f"SATURATED: the requested load exceeds what this configuration can serve (at most about "
-                      f"{r['max_rate']:.2f} requests/s with whole-prompt prefill); no steady state exists, so no "
+                      f"{r['max_rate']:.2f} requests/s); no steady state exists, so no "
                       "latencies are reported. Lower the rate, or add devices or replicas."]
     if e.runnable:
-        parts += ["", "Latency and throughput", table(_speed_rows(r)), "", "Bound",
+        parts += ["", "Latency and throughput", table(_speed_rows(r, e.serving.num_requests if e.serving.rate else 0)), "", "Bound",
                   "  " + _bound_line(e, "prefill"), "  " + _bound_line(e, "decode"),
                   "", "Where the time goes", table(_time_rows(r), header=("", "prefill", "decode step")),
                   "", f"Bytes per decode step at the mean context ({r['mean_decode_context']:,.0f} tokens)",
@@ -218,7 +218,9 @@ def _range(r: dict, key: str, fmt) -> str:
     return f"  (80%: {fmt(low)} - {fmt(high)}{'; ' + remark if remark else ''})"
 
 
-def _speed_rows(r: dict) -> list[tuple[str, str]]:
+def _speed_rows(r: dict, finite_run: int = 0) -> list[tuple[str, str]]:
+    """The latency and throughput rows; ``finite_run``: the requests of a finite run at a rate, whose output
+    tokens/s is over the run."""
     if "steady_batch" in r:
         return [
             ("TTFT (with queueing)", seconds(r["ttft_s"])),
@@ -226,7 +228,8 @@ def _speed_rows(r: dict) -> list[tuple[str, str]]:
             ("ITL (mean, with the prompts' cost)", seconds(r["itl_s"])),
             ("ITL at the last step (context prompt + output)", seconds(r["itl_end_s"])),
             ("decode tokens/s per user", rate(r["decode_tps_per_seq"])),
-            ("output tokens/s, all users", rate(r["throughput_out_tps"])),
+            (f"output tokens/s over the run of {finite_run:,} requests" if finite_run else
+             "output tokens/s, all users", rate(r["throughput_out_tps"])),
             ("requests/s served", f"{r['request_rate']:.2f}"),
             ("end-to-end latency", seconds(r["e2e_latency_s"])),
             ("TTFT p50 / p90 / p99", " / ".join(seconds(r[f"ttft_{q}_s"]) for q in ("p50", "p90", "p99"))),

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from estimator.serving.mixed_steps import MixedSteps, weighted_quantile
+
 POSITIONS = 64   # admission positions x = (g + 1/2) / G representing the n requests
 
 
@@ -108,21 +110,11 @@ def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, 
     gaps = np.concatenate([step_s[..., None] + 0 * ttft, prompts_end_s[..., None] - last_prompt_token_s + decode_gap,
                            decode_gap], axis=-1)
     counts = np.concatenate([in_prompt_phase, np.minimum(remaining, 1.0), np.maximum(remaining - 1, 0.0)], axis=-1)
-    out.update({f"itl_{q}_s": _weighted_quantile(gaps, counts, p, dn) for q, p in QUANTILES.items()})
+    out.update({f"itl_{q}_s": weighted_quantile(gaps, counts, p, dn) for q, p in QUANTILES.items()})
     return out
 
 
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
-
-
-def _weighted_quantile(values, weights, q, empty):
-    """The q-quantile of ``values`` each counted ``weights`` times along the last axis (``empty`` where no weight)."""
-    order = np.argsort(values, axis=-1)
-    values, weights = np.take_along_axis(values, order, axis=-1), np.take_along_axis(weights, order, axis=-1)
-    cumulative = np.cumsum(weights, axis=-1)
-    total = cumulative[..., -1:]
-    first = np.argmax(cumulative >= q * total, axis=-1)[..., None]
-    return np.where(total[..., 0] > 0, np.take_along_axis(values, first, axis=-1)[..., 0], empty)
 
 
 
@@ -137,13 +129,10 @@ def backlog(requests, slots, prefill_s, prefill_linear_s, prompt_tokens, output_
     for the ⌈P / (K − n)⌉ steps of its prompt and O − 1 more: a = min(K / (P + O − 1),
     S / (⌈P / (K − n)⌉ + O − 1)).
 
-    Once request lengths vary, slots free at random, so the prompts a step takes are a Poisson count of
-    mean a, each of P tokens, all within the step's room K − n (a prompt longer than the room fills whole
-    rooms in a share a P / (K − n) of the steps). A decode step of n costs d(n); a step carrying T prompt
-    tokens adds their prefill, T · T_pf / (S P). Where decode tokens ride in prefill steps, their linear
-    layers run in the same GEMMs as the prompt tokens, so the shorter of the two linear-layer times (the
-    decode's weight streaming, as a rule) hides under the longer one; attention, overheads and communication
-    add. Where prefill steps run alone, all of it adds.
+    A decode step of n costs d(n), affine between one sequence and S; the prompts a step carries (a Poisson
+    count of mean a) add their prefill at T_pf / (S P) a token, less the decode's linear layers that hide
+    under them where decode tokens ride in prefill steps (:mod:`estimator.serving.mixed_steps`). Where
+    prefill steps run alone, nothing hides.
 
     Requests complete at X = a / t̄ a second (t̄ the mean step): request i has its first token at
     (i + 1) / X, so TTFT's mean is (n + 1) / (2X) and its q-quantile q n / X; the last prompt is in at n / X
@@ -184,55 +173,23 @@ def backlog(requests, slots, prefill_s, prefill_linear_s, prompt_tokens, output_
         admitted = np.minimum(K / (P + steps_decoding), S / (prompt_steps + steps_decoding))
     running = np.maximum(admitted * steps_decoding, 1.0)
 
-    def at_running(one, full):   # affine in the batch between one sequence and S
-        return one + np.where(S > 1, (full - one) / np.maximum(S - 1, 1.0), 0.0) * (running - 1)
-
-    token_s, token_linear_s = T_pf / np.maximum(S * P, 1.0), T_lin / np.maximum(S * P, 1.0)
-    room = np.maximum(K - running, 1.0)
-    decode_step_s, decode_linear = at_running(d1, dS), np.where(mixed > 0, at_running(l1, lS), 0.0)
-
-    def step_with(tokens):   # a decode step carrying ``tokens`` prompt tokens
-        return decode_step_s + tokens * token_s - np.minimum(decode_linear, tokens * token_linear_s)
-
-    def mean_step_s(prompts):   # every prompt token computed once; the decode's linear layers hide where one is
-        lumps, chances = prompt_lumps(prompts, P, room)
-        hidden = np.minimum(decode_linear[..., None], lumps * token_linear_s[..., None])
-        return decode_step_s + prompts * P * token_s - np.sum(chances * hidden, axis=-1), lumps, chances
-
-    step_s = mean_step_s(admitted)[0]
+    # the decode step of the running batch: affine between one sequence and S; a step's prompts priced as
+    # in :mod:`estimator.serving.mixed_steps` (nothing hides when prefill steps run alone)
+    decode_step_s = d1 + np.where(S > 1, (dS - d1) / np.maximum(S - 1, 1.0), 0.0) * (running - 1)
+    linear = (np.where(mixed > 0, l1, 0.0), np.where(mixed > 0, lS, 0.0))
+    steps = MixedSteps(token_s=T_pf / np.maximum(S * P, 1.0), token_linear_s=T_lin / np.maximum(S * P, 1.0),
+                       decode_linear_s=linear, slots=S, step_tokens=K)
+    step_s = steps.mean_step_s(decode_step_s, admitted, P, running)
     completions_per_s = admitted / step_s
     # a request's own prompt is never in its decode window: the prompts of the other S − 1 slots are
-    tpot_s, lumps, chances = mean_step_s(admitted * (S - 1) / S)
-    out = {"ttft_s": (n + 1) / (2 * completions_per_s), "prefill_phase_s": n / completions_per_s, "tpot_s": tpot_s,
+    others = admitted * (S - 1) / S
+    out = {"ttft_s": (n + 1) / (2 * completions_per_s), "prefill_phase_s": n / completions_per_s,
+           "tpot_s": steps.mean_step_s(decode_step_s, others, P, running),
            "duration_s": n / completions_per_s + steps_decoding * step_s}
     out["e2e_latency_s"] = out["ttft_s"] + steps_decoding * out["tpot_s"]
     out["throughput_out_tps"] = n * O / out["duration_s"]
     out.update({f"ttft_{q}_s": np.maximum(p * n, 1.0) / completions_per_s for q, p in QUANTILES.items()})
     # a gap between two tokens is one step; its time grows with the prompt tokens the step carries
-    out.update({f"itl_{q}_s": step_with(_weighted_quantile(lumps, chances, p, 0.0)) for q, p in QUANTILES.items()})
+    out.update({f"itl_{q}_s": steps.gap_quantile_s(decode_step_s, others, P, running, p) for q, p in QUANTILES.items()})
     out["e2e_p99_s"] = out["ttft_p99_s"] + steps_decoding * out["tpot_s"]
     return out
-
-
-LUMPS = 48   # prompt counts 0 … LUMPS − 1 per step: a Poisson law of mean ≤ 16 has < 1e-8 of its mass beyond
-
-
-def prompt_lumps(admitted, prompt_tokens, room):
-    """The prompt tokens a step carries (trailing axis) and their chances, for a prompts admitted a step.
-
-    Freed slots come at random once request lengths vary, so the prompts a step takes are a Poisson count of
-    mean a, each of P tokens and all within the step's room K − n. A prompt longer than the room spreads over
-    several steps: then a share a P / (K − n) of the steps carries a full room. Past a mean of 16 prompts a
-    step the count is taken as its mean, the Poisson law's spread being small beside it.
-    """
-    a, P, room = (np.asarray(v, dtype=float)[..., None] for v in np.broadcast_arrays(admitted, prompt_tokens, room))
-    k = np.arange(LUMPS, dtype=float)
-    log_factorial = np.concatenate([[0.0], np.cumsum(np.log(k[1:]))])
-    poisson = np.exp(k * np.log(np.maximum(a, 1e-300)) - a - log_factorial)
-    crowded = a > LUMPS / 3   # many prompts a step: one lump of their mean count
-    chances = np.where(crowded, np.where(k == 0, 1.0, 0.0), poisson)
-    lumps = np.minimum(np.where(crowded & (k == 0), a, k) * P, room)
-    long = P >= room
-    share = np.minimum(a * P / room, 1.0)
-    chances = np.where(long, np.where(k == 0, 1 - share, np.where(k == 1, share, 0.0)), chances)
-    return np.broadcast_to(lumps, chances.shape), chances

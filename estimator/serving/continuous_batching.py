@@ -36,67 +36,15 @@ batch it needs exceeds the KV-cache capacity: such configurations are flagged
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from estimator.serving.burst import prompt_lumps
-from estimator.serving.percentiles import serving_percentiles
+from estimator.serving.mixed_steps import MAX_UTILISATION, MixedSteps
+from estimator.serving.percentiles import PERCENTILES, serving_percentiles
 
 ITERATIONS = 40
 DAMPING = 0.5
-MAX_UTILISATION = 0.999
-
-
-@dataclass(frozen=True)
-class MixedSteps:
-    """An engine that runs arriving prompts inside its decode steps (vLLM V1, TensorRT-LLM's in-flight
-    batching, llama.cpp's server): what a prompt token costs there, and what of the decode hides under it
-    (docs/formulas.md §14, "Mixed steps").
-
-    A prompt token costs ``token_s``, a full step's per-token prefill T_pf(S) / (S P): the step's fixed costs
-    and its weight streaming are paid once for the step, not per prompt. The decode's linear layers, affine
-    in the batch between ``decode_linear_s`` at one sequence and at S (``slots``), run in the same GEMMs as
-    the prompt tokens, so the shorter of the two linear-layer times hides under the longer. A step takes at
-    most ``step_tokens`` tokens (K, the engine's chunk or step budget).
-    """
-
-    token_s: np.ndarray
-    token_linear_s: np.ndarray
-    decode_linear_s: tuple
-    slots: np.ndarray
-    step_tokens: np.ndarray
-
-    def _hidden_s(self, N, prompts, prompt_tokens, certain=False):
-        """The decode's linear-layer time hidden under the ``prompts`` a step carries on average (a Poisson
-        count), or, ``certain``, under exactly that many."""
-        one, full = self.decode_linear_s
-        decode_linear = one + np.where(self.slots > 1, (full - one) / np.maximum(self.slots - 1, 1.0), 0.0) * (N - 1)
-        if certain:
-            return np.minimum(decode_linear, prompts * prompt_tokens * self.token_linear_s)
-        lumps, chances = prompt_lumps(prompts, prompt_tokens, np.maximum(self.step_tokens - N, 1.0))
-        hidden = np.minimum(np.asarray(decode_linear)[..., None], lumps * np.asarray(self.token_linear_s)[..., None])
-        return np.sum(chances * hidden, axis=-1)
-
-    def prompt_step_s(self, itl, prompt_tokens, N):
-        """The step that carries a given prompt: ITL(N) + P t_tok less the decode's hidden linear layers."""
-        return itl + prompt_tokens * self.token_s - self._hidden_s(N, np.ones_like(N), prompt_tokens, certain=True)
-
-    def step_s(self, itl, X, prompt_tokens, N, previous_step_s):
-        """Mean step of N decodes while prompts arrive at X a second: it carries X t P prompt tokens, so
-        t = ITL(N) + X t P t_tok − hidden, t = (ITL(N) − hidden) / (1 − X P t_tok); inf when prompts cannot
-        keep up. ``previous_step_s`` sets the prompts a step carries for the hidden part."""
-        hidden = self._hidden_s(N, X * previous_step_s, prompt_tokens)
-        load = X * prompt_tokens * self.token_s
-        return np.where(load < MAX_UTILISATION, (itl - hidden) / (1 - np.minimum(load, MAX_UTILISATION)), np.inf)
-
-    def capacity(self, itl_at_max, prompt_tokens, output_tokens):
-        """The request rate at which the decode batch reaches S: from S = X (O − 1) t and the mean step above,
-        X = S / ((O − 1)(ITL(S) − hidden) + S P t_tok), a step then carrying S / (O − 1) prompts."""
-        steps = np.maximum(np.asarray(output_tokens, dtype=float) - 1, 1.0)
-        hidden = self._hidden_s(self.slots, self.slots / steps, prompt_tokens)
-        return self.slots / (steps * (itl_at_max - hidden) + self.slots * prompt_tokens * self.token_s)
 
 
 def _step_time(itl, X, prefill_s, prompt_tokens, chunk_free, t_mix):
@@ -127,7 +75,7 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
         Token budget per step for chunked prefill; 0 prefills whole prompts.
     mixed : MixedSteps, optional
         The engine runs arriving prompts inside its decode steps (without an explicit ``chunk_tokens``):
-        a step's time is :meth:`MixedSteps.step_s` instead of a decode step stalled by whole prompts.
+        a step's time is :meth:`MixedSteps.steady_step_s` instead of a decode step stalled by whole prompts.
     prefill_scv : array
         Squared coefficient of variation of the prefill time (0 while every request has the
         same lengths); it widens the queue's tail (:mod:`estimator.serving.percentiles`).
@@ -153,9 +101,10 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
                  np.maximum(rate * steps * itl_at(np.ones_like(steps)), 1.0))
     X, queue = np.where(closed, 0.0, rate), np.zeros_like(N)
     finite_step = itl_at(N)
-    # the time a prompt holds the prefill: its whole prefill, or its tokens' share of the mixed steps
-    mixing = np.asarray(chunk_tokens) <= 0 if mixed is not None else np.asarray(False)
-    queue_s = np.where(mixing, prompt_tokens * (mixed.token_s if mixed is not None else 0.0), prefill_s)
+    queue_s = prefill_s                   # the time a prompt holds the prefill: its whole prefill …
+    if mixed is not None:                 # … or its tokens' share of the mixed steps
+        mixing = np.asarray(chunk_tokens) <= 0
+        queue_s = np.where(mixing, prompt_tokens * mixed.token_s, prefill_s)
     for _ in range(ITERATIONS):
         N = np.clip(N, 1.0, np.where(closed, in_flight, np.inf))
         itl = itl_at(N)
@@ -163,7 +112,7 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
         t_mix = np.maximum(itl, (N + chunk_free) * per_token_s)
         t_step = _step_time(itl, X, prefill_s, prompt_tokens, chunk_free, t_mix)
         if mixed is not None:
-            t_step = np.where(chunk_free > 0, t_step, mixed.step_s(itl, X, prompt_tokens, N, finite_step))
+            t_step = np.where(chunk_free > 0, t_step, mixed.steady_step_s(itl, X, prompt_tokens, N, finite_step))
         finite_step = np.where(np.isfinite(t_step), t_step, itl)
         response = queue_s * (1 + queue * (in_flight - 1) / in_flight)          # Schweitzer MVA
         X_closed = in_flight / (response + steps * finite_step)
@@ -172,13 +121,17 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
         N = DAMPING * N + (1 - DAMPING) * np.where(np.isfinite(t_step), X * steps * t_step, 1e9)
     service = _service(prefill_s, prompt_tokens, chunk_free, t_mix)
     if mixed is not None:   # a prompt's first token comes with the step that carries it
-        service = np.where(mixing, mixed.prompt_step_s(itl, prompt_tokens, N), service)
+        service = np.where(mixing, mixed.step_with(itl, prompt_tokens, N), service)
     slot_wait = np.where(closed, np.maximum(C - in_flight, 0.0) / np.maximum(X, 1e-300), 0.0)
     ttft = np.where(closed, slot_wait + response - queue_s + service + finite_step / 2,
                     _ttft(service, queue_s, finite_step, X, prefill_scv))
     saturated = np.where(closed, False, ~np.isfinite(t_step) | (N > slots))
     percentiles = serving_percentiles(closed, in_flight, X, queue_s, service, itl, t_step, steps, prompt_tokens,
                                       chunk_free, t_mix, response - queue_s, prefill_scv)
+    if mixed is not None:   # a gap between two tokens is one step, carrying the prompts that arrived meanwhile
+        percentiles.update({f"itl_{name}_s": np.where(mixing, mixed.gap_quantile_s(itl, X * finite_step, prompt_tokens,
+                                                                                   N, p), percentiles[f"itl_{name}_s"])
+                            for name, p in PERCENTILES.items()})
     # the wait for a slot: C − C' departures of a full engine, nearly regular, so a shift of every percentile
     percentiles = {k: np.where(saturated, np.nan, v + (0.0 if k.startswith("itl") else slot_wait))
                    for k, v in percentiles.items()}
