@@ -246,3 +246,26 @@ def test_a_published_closed_loop_in_lockstep():
     few, many = (float(r["predicted"]) for r in predict_rows(pair))
     assert measured == pytest.approx(11.1, rel=0.01)
     assert many / few == pytest.approx(measured, rel=0.25)
+
+
+def test_an_all_at_once_run_of_a_length_mix(db, tmp_path):
+    """vllm bench serve on a dataset of varied lengths (--lengths with --num-requests): a file of identical
+    requests is the fixed-length run exactly; a wide mix with the same means fits fewer sequences (the tail of
+    its lengths must fit) and so takes longer, before and beyond the running limit."""
+    def write(name, rows):
+        path = tmp_path / name
+        path.write_text("prompt,output\n" + "".join(f"{p},{o}\n" for p, o in rows))
+        return str(path)
+
+    same = write("same.csv", [(2000, 300)] * 4)
+    wide = write("wide.csv", [(200, 30), (3800, 570)] * 2)
+    for n in (16, 2000):
+        fixed = estimate("llama-3.1-8b", "h100", engine="vLLM", num_requests=n, prompt_tokens=2000, output_tokens=300)
+        alike = estimate("llama-3.1-8b", "h100", engine="vLLM", num_requests=n, lengths=same)
+        for key in ("ttft_s", "itl_s", "e2e_latency_s", "throughput_out_tps", "ttft_p90_s", "itl_p99_s"):
+            assert alike.results[key] == pytest.approx(fixed.results[key], rel=1e-9), (n, key)
+        spread = estimate("llama-3.1-8b", "h100", engine="vLLM", num_requests=n, lengths=wide)
+        assert spread.prompt_tokens == 2000 and spread.output_tokens == 300
+        assert spread.results["max_running_sequences"] < fixed.results["max_running_sequences"]
+        if n > fixed.results["max_running_sequences"]:
+            assert spread.throughput_out_tps < fixed.throughput_out_tps

@@ -103,7 +103,7 @@ def test_a_malformed_lengths_file_is_named(tmp_path, content, message):
 def test_lengths_on_the_command_line(capsys, tmp_path):
     mix = _write(tmp_path / "mix.csv", [(500, 100), (4000, 400)])
     code, out, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--lengths", mix)
-    assert code == 2 and "add --concurrency or --rate" in err and len(err.splitlines()) == 1
+    assert code == 2 and "add --concurrency, --rate or --num-requests" in err and len(err.splitlines()) == 1
     code, out, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--lengths", mix,
                          "--concurrency", "8", "--prompt", "100")
     assert code == 2 and "--prompt" in err and "drop them" in err

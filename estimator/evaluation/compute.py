@@ -38,17 +38,17 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     :func:`results_at_batch` (``end_step``: also the last decode step's time, ``itl_end_s``).
     """
     serving = {**DEFAULT_SERVING, **(serving or {})}
-    if not (serving["concurrency"] or serving["rate"]):
-        if serving["num_requests"]:
-            return _all_at_once_results(
-                lambda batch: results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, batch, T, O, layout, serving,
-                                               engine, host, draft, end_step), T, O, layout, serving, engine)
-        return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving, engine, host, draft,
-                                end_step)
-
     mix = serving["length_mix"]
     # with a length mix, decode and memory run at the lengths of the batch's (length-biased) mean sequence
     T_run, O_run = (T, O) if mix is None else (np.asarray(T, dtype=float) * 0 + v for v in mix.decode_lengths())
+    if not (serving["concurrency"] or serving["rate"]):
+        if serving["num_requests"]:
+            def at_once(batch, prompts=T_run, outputs=O_run):
+                return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, batch, prompts, outputs, layout,
+                                        serving, engine, host, draft, end_step)
+            return _all_at_once_results(at_once, T, O, layout, serving, engine, mix)
+        return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving, engine, host, draft,
+                                end_step)
 
     def at(batch, prompts=T_run, outputs=O_run, expand=lambda d: d):
         return results_at_batch(expand(m), expand(hw), expand(f), expand(kv), expand(peak_linear_flops_per_s), batch,
@@ -134,7 +134,7 @@ def _in_lockstep(out: dict, at, one: dict, T, O, layout, clients, slots, engine:
     fits = clients <= slots
     if not np.any(fits):
         return
-    run, _ = _run_at_once(at, one, T, O, np.where(fits, clients, 1.0), dp, engine)
+    run, _, _ = _run_at_once(at, one, T, O, np.where(fits, clients, 1.0), dp, engine)
     cycles_per_s = 1.0 / run["duration_s"]
     lockstep = {**_run_columns(run, O, layout), "request_rate": clients * dp * cycles_per_s,
                 "steady_batch": clients * dp, "queued_requests": 0.0 * clients, "backlog_wait_s": 0.0 * clients,
@@ -142,13 +142,16 @@ def _in_lockstep(out: dict, at, one: dict, T, O, layout, clients, slots, engine:
     out.update({k: np.where(fits, v, out[k]) for k, v in lockstep.items()})
 
 
-def _run_at_once(at, one: dict, T, O, requests, dp, engine: EngineDefaults) -> tuple[dict, dict]:
-    """:func:`~estimator.serving.burst.all_at_once` for ``requests`` per replica, all running, and the results
-    at that batch (its prefill and decode step)."""
+def _run_at_once(at, one: dict, T, O, requests, dp, engine: EngineDefaults,
+                 prompts_at=None) -> tuple[dict, dict, dict]:
+    """:func:`~estimator.serving.burst.all_at_once` for ``requests`` per replica, all running; the results at
+    that batch (its decode step), and those its prompts are prefilled at (``prompts_at``: a mix's mean lengths
+    rather than the decode batch's length-biased ones)."""
     out = at(np.ceil(requests) * dp)
-    prompt = np.asarray(T, dtype=float) - out["cached_tokens"]
-    return all_at_once(requests, out["ttft_s"], prompt, O, _step_tokens(prompt, engine), one["itl_s"], out["itl_s"],
-                       not engine.prefill_runs_alone), out
+    prompts = out if prompts_at is None else prompts_at(np.ceil(requests) * dp)
+    prompt = np.asarray(T, dtype=float) - prompts["cached_tokens"]
+    return all_at_once(requests, prompts["ttft_s"], prompt, O, _step_tokens(prompt, engine), one["itl_s"],
+                       out["itl_s"], not engine.prefill_runs_alone), out, prompts
 
 
 def _step_tokens(prompt_tokens, engine: EngineDefaults):
@@ -178,20 +181,24 @@ def _run_columns(run: dict, O, layout) -> dict:
             / (np.asarray(layout["tp"]) * np.asarray(layout["pp"]) * dp)}
 
 
-def _all_at_once_results(at, T, O, layout, serving, engine: EngineDefaults) -> dict:
+def _all_at_once_results(at, T, O, layout, serving, engine: EngineDefaults, mix: LengthMix | None = None) -> dict:
     """``num_requests`` N sent at once, no load (docs/formulas.md §14, "All-at-once runs"). The engine runs
     S = min(N_kv, max_num_seqs) sequences per replica; when it holds all N the run is the two phases of
     :func:`~estimator.serving.burst.all_at_once`; beyond, it refills freed slots from a steady backlog
-    (:func:`~estimator.serving.burst.backlog`)."""
+    (:func:`~estimator.serving.burst.backlog`). With a length mix, ``at`` runs at the decode batch's lengths,
+    the prompts are prefilled at their mean length, and S is the batch whose lengths' tail fits."""
     dp = np.asarray(layout["dp"], dtype=float)
     one = at(dp)                                                  # one sequence on each replica
-    slots = np.maximum(np.floor(np.minimum(one["max_batch"] / dp, serving["max_num_seqs"])), 1.0)
+    kv_batch = one["max_batch"] / dp if mix is None else \
+        batch_that_fits(one["max_batch"] / dp, float(sum(mix.decode_lengths())), mix.final_length_spread())
+    slots = np.maximum(np.floor(np.minimum(kv_batch, serving["max_num_seqs"])), 1.0)
+    prompts_at = None if mix is None else (lambda batch: at(batch, T, O))
     requests = serving["num_requests"] / dp
     fits_all = requests <= slots
-    run, out = _run_at_once(at, one, T, O, np.minimum(requests, slots), dp, engine)
+    run, out, prompts = _run_at_once(at, one, T, O, np.minimum(requests, slots), dp, engine, prompts_at)
     if not np.all(fits_all):
-        prompt = np.asarray(T, dtype=float) - out["cached_tokens"]
-        queued = backlog(requests, slots, out["ttft_s"], out["prefill_linear_s"], prompt, O,
+        prompt = np.asarray(T, dtype=float) - prompts["cached_tokens"]
+        queued = backlog(requests, slots, prompts["ttft_s"], prompts["prefill_linear_s"], prompt, O,
                          _step_tokens(prompt, engine), (one["itl_s"], out["itl_s"]),
                          (one["decode_linear_s"], out["decode_linear_s"]), not engine.prefill_runs_alone)
         run = {k: np.where(fits_all, v, queued[k]) for k, v in run.items()}
@@ -199,6 +206,8 @@ def _all_at_once_results(at, T, O, layout, serving, engine: EngineDefaults) -> d
                 "prefill_phase_s": run["prefill_phase_s"],
                 "running_batch": np.minimum(np.ceil(requests), slots) * dp, "max_running_sequences": slots * dp,
                 "queued_requests": np.maximum(requests - slots, 0) * dp})
+    if mix is not None:
+        out["max_batch"] = out["max_concurrency"] = np.floor(kv_batch) * dp
     return out
 
 

@@ -104,7 +104,8 @@ def batch_that_fits(max_batch_at_mean, final_mean_tokens: float, final_spread_to
     capacity = np.asarray(max_batch_at_mean, dtype=float) * final_mean_tokens
     b = z * final_spread_tokens
     root = (-b + np.sqrt(b * b + 4 * final_mean_tokens * capacity)) / (2 * final_mean_tokens)
-    return np.floor(root ** 2)
+    # without a spread, capacity / μ itself (the square of its square root can round below a whole number)
+    return np.floor(np.where(b > 0, root ** 2, capacity / final_mean_tokens))
 
 
 def read_lengths_file(path: str | Path) -> LengthMix:

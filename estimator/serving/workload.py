@@ -197,8 +197,8 @@ class ServingOptions(BaseModel):
         default=None, ge=1, description="the scheduler's cap on sequences run at once (vLLM --max-num-seqs); "
                                         "None: the engine profile's default for the device")
     lengths: str | None = Field(
-        default=None, max_length=4096, description="under load: request lengths from a preset (chat, sharegpt, rag, "
-                                                    "reasoning) or a CSV of prompt,output per request")
+        default=None, max_length=4096, description="under load or in a run: request lengths from a preset (chat, "
+                                                    "sharegpt, rag, reasoning) or a CSV of prompt,output per request")
     kv_offload: Literal["none", "cpu", "disk"] = Field(
         default="none", description="a second KV tier for prefix caching (LMCache-style): host memory or a drive")
     kv_offload_gib: float = Field(default=0.0, ge=0, le=1e6, description="the tier's size per replica, GiB")
@@ -263,8 +263,9 @@ class ServingOptions(BaseModel):
                 raise ConfigurationError("--expert-skew with experts on the host CPU (--cpu-moe / --n-cpu-moe) is not "
                                          "modelled: give one of them")
         if self.lengths is not None:
-            if not self.under_load:
-                raise ConfigurationError("--lengths gives the request mix of a load; add --concurrency or --rate")
+            if not self.engine_sets_batch:
+                raise ConfigurationError("--lengths gives the request mix of a load or a run; add --concurrency, "
+                                         "--rate or --num-requests")
             mix = length_mix(self.lengths)   # a bad file or preset name is refused here, naming it
             if mix.prompt_tokens.min() <= self.prefix_tokens:
                 raise ConfigurationError(f"--lengths {self.lengths} has prompts of {mix.prompt_tokens.min():.0f} "
