@@ -127,3 +127,25 @@ def test_presets_keep_their_published_statistics(name):
         else:
             p, value = next((q, published[k]) for k, q in (("p90", 0.9), ("p99", 0.99)) if k in published)
             assert np.quantile(samples, p) == pytest.approx(value, rel=0.15), key
+
+
+def test_a_preset_at_other_means():
+    """``sharegpt@229/217``: ShareGPT's shape (its lognormal spreads) at a benchmark's stated mean lengths."""
+    base, scaled = preset("sharegpt"), length_mix("sharegpt@229/217")
+    assert scaled.mean_prompt_tokens == pytest.approx(229, rel=0.01)
+    assert scaled.mean_output_tokens == pytest.approx(217, rel=0.01)
+    for a, b in ((base.prompt_tokens, scaled.prompt_tokens), (base.output_tokens, scaled.output_tokens)):
+        assert np.std(np.log(b)) == pytest.approx(np.std(np.log(a)), rel=0.05)   # rounding to whole tokens
+    with pytest.raises(ConfigurationError, match="not a CSV file or a preset"):
+        length_mix("nosuch@200/100")
+
+
+def test_a_row_names_the_dataset_its_requests_came_from():
+    """A `lengths` column takes the preset's shape at the row's means; a name that is no preset is refused."""
+    from estimator.validation.predict import predict_rows
+    row = {"id": "x", "hardware": "h100", "n_gpus": "1", "model": "qwen3-32b", "weight_format": "bf16",
+           "batch": "", "input_len": "217", "output_len": "201", "metric": "throughput_out_tps", "engine": "vLLM",
+           "num_requests": "1000"}
+    fixed, shaped, wrong = predict_rows([row, {**row, "lengths": "sharegpt"}, {**row, "lengths": "sharegpt_v3"}])
+    assert float(shaped["predicted"]) < float(fixed["predicted"])   # the tail of the lengths runs fewer at once
+    assert wrong["status"] != "ok" and "'lengths' must name a length preset" in wrong["reason"]

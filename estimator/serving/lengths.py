@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -34,6 +35,7 @@ PRESETS_FILE = "length_presets.yaml"
 QUANTILE_POINTS = 24            # per length of a preset: 24 x 24 = 576 (prompt, output) pairs
 OVERFLOW_PROBABILITY = 0.01     # the KV cache may overflow in this share of steps (engines then preempt)
 MAX_REQUESTS = 1_000_000        # rows of a lengths file
+SCALED_PRESET = re.compile(r"^(?P<name>[A-Za-z][\w-]*)@(?P<prompt>\d+(?:\.\d+)?)/(?P<output>\d+(?:\.\d+)?)$")
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,30 @@ def preset(name: str) -> LengthMix:
     return LengthMix(P.ravel(), O.ravel())
 
 
+def scaled_preset(name: str, prompt_mean: float, output_mean: float) -> LengthMix:
+    """A preset's shape at other means (``sharegpt@229/217``): every length scaled by the ratio of the means,
+    rounded to whole tokens, at least one. For a benchmark that states a dataset and its mean lengths only."""
+    mix = preset(name)
+    return LengthMix(np.maximum(np.round(mix.prompt_tokens * prompt_mean / mix.mean_prompt_tokens), 1.0),
+                     np.maximum(np.round(mix.output_tokens * output_mean / mix.mean_output_tokens), 1.0))
+
+
+def preset_at_means(name: str, prompt_mean: float, output_mean: float) -> str:
+    """The ``--lengths`` value of preset ``name`` at these means (``sharegpt@229/217``), the name checked."""
+    if name not in load_presets():
+        raise ConfigurationError(f"'lengths' must name a length preset ({', '.join(load_presets())}), "
+                                 f"got {name!r}")
+    return f"{name}@{prompt_mean:g}/{output_mean:g}"
+
+
 @lru_cache(maxsize=8)
 def length_mix(value: str) -> LengthMix:
-    """A preset name, or the path of a CSV of requests (read once per run)."""
+    """A preset name, a preset at other means (``NAME@PROMPT/OUTPUT``), or the path of a CSV of requests
+    (read once per run)."""
+    scaled = SCALED_PRESET.match(value)
+    if scaled:
+        prompt_mean, output_mean = float(scaled["prompt"]), float(scaled["output"])
+        if not (prompt_mean >= 1 and output_mean >= 1):
+            raise ConfigurationError(f"--lengths {value}: the mean prompt and output must be at least 1 token")
+        return scaled_preset(scaled["name"], prompt_mean, output_mean)
     return read_lengths_file(value) if Path(value).suffix or Path(value).exists() else preset(value)

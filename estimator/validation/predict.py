@@ -1,22 +1,17 @@
 """`roofline predict`: predict each configuration of a CSV and compare with measured values.
 
-Columns are those of the measurement schema (``measurements_db/SCHEMA.md``). Required: ``id,
-hardware, n_gpus, model, weight_format, batch, input_len, output_len, metric``; optional: ``value,
-unit``, ``engine`` (else the ``framework`` text picks the profile in ``engines_db/``), ``tp``,
-``pp``, ``ep``, ``dp``, ``attention_dp`` (1: attention data-parallel over the tp ranks), ``memory_gib`` (one
-of the memory sizes the device is sold with; else its largest), ``kv_format``,
-``attention`` (fused, the default, or unfused), ``context_depth`` (tokens already in the KV cache, as
-llama-bench's ``ppN @ dM``), ``gpu_layers``, ``concurrency`` and
-``request_rate`` (a serving benchmark: the steady state of continuous batching under that load), with
-``max_num_seqs`` (else the engine's default), ``prefix_hit_rate`` and ``num_requests`` (a finite
-benchmark), ``cpu_moe``. Mean lengths may be
-fractional. A row that cannot be predicted gets a status and a reason, and the other rows still
-run. Names with a parenthetical remark (``FP8 (ModelOpt)``) are tried with and without it.
+Columns are those of the measurement schema (``measurements_db/SCHEMA.md``). Required: ``id, hardware,
+n_gpus, model, weight_format, batch, input_len, output_len, metric``; the others are optional: ``engine``
+(else the ``framework`` text picks the profile in ``engines_db/``), the layout (``tp, pp, ep, dp,
+attention_dp``), ``memory_gib``, ``kv_format``, ``attention``, ``context_depth``, ``gpu_layers``, ``cpu_moe``,
+and for a serving benchmark ``concurrency`` or ``request_rate`` with ``max_num_seqs``, ``prefix_hit_rate``,
+``num_requests`` and ``lengths`` (the dataset its requests came from, a preset, at the row's mean lengths).
+Mean lengths may be fractional. A row that cannot be predicted gets a status and a reason, and the other
+rows still run. Names with a parenthetical remark (``FP8 (ModelOpt)``) are tried with and without it.
 
-A row without a batch and without a load (an offline max-throughput benchmark that queues every
-request at once) is evaluated at the largest batch the engine runs: what its KV cache holds at that
-context, up to its ``max_num_seqs`` (the row's, else the engine profile's default), and its reason
-says so.
+A row without a batch and without a load is sent all at once when it gives ``num_requests``; else (an
+offline max-throughput benchmark) it is evaluated at the largest batch the engine runs: what its KV cache
+holds at that context, up to its ``max_num_seqs``, and its reason says so.
 """
 
 from __future__ import annotations
@@ -46,6 +41,7 @@ from estimator.errors import (
 from estimator.evaluation.api import resolve_model
 from estimator.evaluation.configurations import Configuration, ConfigurationColumns
 from estimator.evaluation.intervals import default_backend, measurement_band, measurement_regime, row_interval
+from estimator.serving.lengths import preset_at_means
 from estimator.serving.workload import Layout, ServingOptions, check_layout, scale_up_domain
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import kv_format, weight_format
@@ -197,6 +193,9 @@ def serving_from_row(row: dict) -> ServingOptions:
                    num_requests=0 if _cell(row, "concurrency") or _cell(row, "batch") else _int(row, "num_requests", 0),
                    # MoE layers whose experts are in host memory (llama.cpp --n-cpu-moe; docs/formulas.md §8)
                    cpu_moe=_int(row, "cpu_moe", 0))
+    if _cell(row, "lengths"):   # the dataset the requests came from (a preset), at the row's mean lengths
+        options["lengths"] = preset_at_means(_cell(row, "lengths"), _number(row, "input_len", 1.0, minimum=1.0),
+                                             _number(row, "output_len", 1.0, minimum=1.0))
     if options["cpu_moe"] and _cell(row, "n_ubatch"):   # experts cross the host link once per micro-batch
         options["ubatch_tokens"] = _int(row, "n_ubatch", minimum=1)
     if options["concurrency"] and options["rate"]:
