@@ -216,4 +216,4 @@ def test_an_mlperf_style_offline_row_runs(db):
            "metric": "throughput_out_tps", "engine": "TensorRT-LLM", "num_requests": "24576"}
     out = predict_rows([row], db)[0]
     assert out["status"] == "ok" and float(out["predicted"]) > 0
-    assert "layout chosen" not in out["reason"] and "largest batch the engine runs" in out["reason"]
+    assert "layout chosen" not in out["reason"] and "24,576 requests sent at once" in out["reason"]

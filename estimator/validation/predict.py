@@ -381,9 +381,11 @@ def predict_rows(rows: list[dict], db: Database | None = None) -> list[dict]:
             i = resolved.positions[j]
             _fill(out[i], result, limits[j], resolved, j, rows[i])
             if resolved.saturate[j]:
-                out[i]["reason"] = (out[i]["reason"] + "; " if out[i]["reason"] else "") + \
-                    "batch not given: evaluated at the largest batch the engine runs (KV cache, max_num_seqs), " \
-                    f"{result['batch_used']}"
+                at_once = resolved.requests_at_once[j]
+                out[i]["reason"] = (out[i]["reason"] + "; " if out[i]["reason"] else "") + (
+                    f"{at_once:,.0f} requests sent at once; the engine runs at most {result['batch_used']} "
+                    "(KV cache, max_num_seqs)" if at_once else "batch not given: evaluated at the largest batch "
+                    f"the engine runs (KV cache, max_num_seqs), {result['batch_used']}")
     return out
 
 
