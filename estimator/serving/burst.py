@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from estimator.serving.mixed_steps import MixedSteps, weighted_quantile
+from estimator.serving.percentiles import PERCENTILES
 
 POSITIONS = 64   # admission positions x = (g + 1/2) / G representing the n requests
 
@@ -101,7 +102,7 @@ def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, 
     duration = e2e.max(axis=-1)
     out = {"ttft_s": ttft.mean(axis=-1), "tpot_s": tpot.mean(axis=-1), "e2e_latency_s": e2e.mean(axis=-1),
            "duration_s": duration, "throughput_out_tps": n * O / duration, "prefill_phase_s": prompts_end_s}
-    out.update({f"ttft_{q}_s": np.quantile(ttft, p, axis=-1) for q, p in QUANTILES.items()})
+    out.update({f"ttft_{q}_s": np.quantile(ttft, p, axis=-1) for q, p in PERCENTILES.items()})
     out["e2e_p99_s"] = np.quantile(e2e, 0.99, axis=-1)
     # the gaps between tokens: those in the prompt phase (a step each), the first after it (from a request's
     # last token to the end of the prompts, plus a decode step) and the rest at the position's mean decode step
@@ -110,11 +111,9 @@ def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, 
     gaps = np.concatenate([step_s[..., None] + 0 * ttft, prompts_end_s[..., None] - last_prompt_token_s + decode_gap,
                            decode_gap], axis=-1)
     counts = np.concatenate([in_prompt_phase, np.minimum(remaining, 1.0), np.maximum(remaining - 1, 0.0)], axis=-1)
-    out.update({f"itl_{q}_s": weighted_quantile(gaps, counts, p, dn) for q, p in QUANTILES.items()})
+    out.update({f"itl_{q}_s": weighted_quantile(gaps, counts, p, dn) for q, p in PERCENTILES.items()})
     return out
 
-
-QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 
 
@@ -188,8 +187,9 @@ def backlog(requests, slots, prefill_s, prefill_linear_s, prompt_tokens, output_
            "duration_s": n / completions_per_s + steps_decoding * step_s}
     out["e2e_latency_s"] = out["ttft_s"] + steps_decoding * out["tpot_s"]
     out["throughput_out_tps"] = n * O / out["duration_s"]
-    out.update({f"ttft_{q}_s": np.maximum(p * n, 1.0) / completions_per_s for q, p in QUANTILES.items()})
+    out.update({f"ttft_{q}_s": np.maximum(p * n, 1.0) / completions_per_s for q, p in PERCENTILES.items()})
     # a gap between two tokens is one step; its time grows with the prompt tokens the step carries
-    out.update({f"itl_{q}_s": steps.gap_quantile_s(decode_step_s, others, P, running, p) for q, p in QUANTILES.items()})
+    out.update({f"itl_{q}_s": steps.gap_quantile_s(decode_step_s, others, P, running, p)
+                for q, p in PERCENTILES.items()})
     out["e2e_p99_s"] = out["ttft_p99_s"] + steps_decoding * out["tpot_s"]
     return out

@@ -100,7 +100,7 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
     N = np.where(closed, in_flight,
                  np.maximum(rate * steps * itl_at(np.ones_like(steps)), 1.0))
     X, queue = np.where(closed, 0.0, rate), np.zeros_like(N)
-    finite_step = itl_at(N)
+    finite_step = np.zeros_like(N)        # the step before the first: no prompts yet to hide the decode under
     queue_s = prefill_s                   # the time a prompt holds the prefill: its whole prefill …
     if mixed is not None:                 # … or its tokens' share of the mixed steps
         mixing = np.asarray(chunk_tokens) <= 0
