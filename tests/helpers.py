@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from estimator.efficiency.defaults import EngineDefaults
-from estimator.evaluation.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
+from estimator.evaluation.columns import (
+    compute_peak_table,
+    format_columns,
+    fp4_gemm_table,
+    hardware_columns,
+    kv_columns,
+    model_columns,
+)
 from estimator.evaluation.compute import compute_results
 from estimator.specs.formats import kv_format, weight_format
 
@@ -23,13 +30,15 @@ def run(spec, hw, fmt="f16", kv="f16", B=1, T=512, O=256, n_gpus=1, ideal=True, 
     if ideal:
         hw_cols["device_bandwidth_eff"] = np.ones(1)
         hw_cols["device_compute_eff"] = np.ones(1)
+        hw_cols["collective_eff"] = np.ones(1)
     chosen = IDEAL_ENGINE if ideal else (engine or _generic())
     m_cols, f_cols = model_columns([spec]), format_columns([f], chosen)
     for key, value in overrides.items():
         for cols in (m_cols, hw_cols, f_cols):
             if key in cols:
                 cols[key] = np.asarray([value], dtype=float)
-    peaks, _ = compute_peak_table([f], [hw])
+    peaks, dtypes = compute_peak_table([f], [hw])
+    hw_cols["fp4_gemm"] = fp4_gemm_table(dtypes)[0]
     kwargs = {"engine": chosen}
     layout = {"tp": tp or n_gpus, "pp": pp, "ep": ep, "dp": dp}
     out = compute_results(m_cols, hw_cols, f_cols, kv_columns([kv_format(kv)]), peaks[0], B, T, O, layout,

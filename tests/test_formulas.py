@@ -190,8 +190,23 @@ class TestParallelLayouts:
         latency = 20e-6
         r = run(spec, hw, B=1, tp=4, ideal=False)
         message = 1 * 4096 * 2
-        expected = 2 * 32 * (latency + 2 * 3 / 4 * message / link)
+        # the ring moves its bytes at 0.8 of NVLink's one-way bandwidth (nccl-tests, docs/formulas.md §8)
+        expected = 2 * 32 * (latency + 2 * 3 / 4 * message / (0.8 * link))
         assert r["decode_communication_s"] == pytest.approx(expected, rel=1e-9)
+
+    def test_collectives_over_pcie_reach_a_smaller_share_of_the_link(self, db):
+        # an L40S has no NVLink: its ranks all-reduce over PCIe 4.0 x16 (32 GB/s one way) at 0.6 of it
+        spec, hw = db.models.get("llama-2-7b"), db.hardware.get("l40s")
+        assert hw.scale_up_link is None
+        r = run(spec, hw, B=1, tp=2, ideal=False)
+        expected = 2 * 32 * (20e-6 + 2 * 1 / 2 * 4096 * 2 / (0.6 * 32e9))
+        assert r["decode_communication_s"] == pytest.approx(expected, rel=1e-9)
+
+    def test_the_physical_limit_takes_the_whole_link(self, db):
+        from estimator.evaluation.columns import hardware_columns
+        hw = db.hardware.get("h100")
+        assert hardware_columns([hw])["collective_eff"][0] == 0.8
+        assert hardware_columns([hw], physical_limit=True)["collective_eff"][0] == 1.0
 
     def test_expert_parallel_swaps_moe_allreduce_for_all_to_all(self, db):
         spec, hw = db.models.get("Qwen/Qwen3-30B-A3B"), db.hardware.get("h100")

@@ -56,8 +56,8 @@ def test_the_fit_is_deterministic(problem):
 
 
 def test_parameters_round_trip_through_their_products():
-    from estimator.validation.fitting import PRIOR, parameters_from
-    theta = PRIOR * np.linspace(0.8, 1.2, len(PRIOR))
+    from estimator.validation.fitting import LOWER, PRIOR, UPPER, parameters_from
+    theta = np.clip(PRIOR * np.linspace(0.8, 1.2, len(PRIOR)), LOWER, UPPER)   # inside the physical box
     assert np.allclose(theta_of(parameters_from(theta)), theta)
 
 
@@ -91,14 +91,14 @@ def test_rows_that_ran_are_never_dropped(dataset, problem, validation):
 
 
 # Median width (high / low) of the 80% band as of the last refit plus a margin: a guard against wider bands.
-# Decode (1.88x) and prefill (2.54x) are near their targets (1.8x, 2.5x); max-throughput is 2.02x.
-WIDTH_GUARD = {"decode": 2.0, "prefill": 2.7, "throughput": 2.2}
+# Decode (1.82x) is near its 1.8x target and max-throughput is 1.74x. Prefill (2.85x) is over its 2.5x target
+# since two new DGX Spark sources disagree by 1.8x (Qwen3 at 1.1x of the prediction, GLM-4.7-Flash at 0.61x):
+# a DGX Spark prompt judged without its own source gets a 3.3x band (docs/formulas.md §9).
+WIDTH_GUARD = {"decode": 1.95, "prefill": 3.0, "throughput": 1.9}
 
 
-# The target is 75-85% for every phase. Decode sits at 74.7%: XiongjieDai's 2024 llama.cpp builds, a quarter of
-# the decode rows, are judged on bands from 2025 builds (engine version eras are not modelled), and the widening
-# is one factor per phase (docs/formulas.md §9). The guard stays one point under the target for decode only.
-COVERAGE_GUARD = {"decode": (0.74, 0.85), "prefill": (0.75, 0.85), "throughput": (0.75, 0.85)}
+# The target is 75-85% for every phase (decode 77%, prefill 78%, max-throughput 79% at the last refit).
+COVERAGE_GUARD = {"decode": (0.75, 0.85), "prefill": (0.75, 0.85), "throughput": (0.75, 0.85)}
 
 
 def test_intervals_cover_about_80_percent_out_of_source_per_phase(validation):

@@ -59,6 +59,11 @@ class EngineDefaults(Frozen):
         default_factory=dict, description="overrides of compute_eff by device group (DEVICE_GROUPS). Above 1 "
                                           "where kernels use a faster path than the peak the database lists, e.g. "
                                           "FP16 accumulation on GeForce cards, whose listed peak is FP32-accumulate")
+    fp4_compute_scale: float = Field(
+        default=1.0, gt=0, le=1, description="the share of the FP4 tensor rate its GEMMs in FP4 (NVFP4, MXFP4 on "
+                                             "Blackwell) reach, relative to the share its other GEMMs reach of "
+                                             "theirs: each FP4 GEMM also quantizes its activations to FP4 blocks and "
+                                             "handles their scales (docs/formulas.md §9); fitted")
     per_step_s: float = Field(ge=0, description="scheduler, sampling, launch of a forward pass")
     per_layer_s: float = Field(ge=0, description="kernel launches and synchronisation per layer")
     per_expert_s: float = Field(
@@ -142,6 +147,19 @@ CPU = DeviceDefaults(
     bandwidth_eff=0.75, compute_eff=0.50, usable_memory_fraction=0.90, runtime_reserve_bytes=4 * GiB,
     basis="STREAM triad on DDR5 servers reaches ~75-80% of channel peak; AMX/AVX-512 GEMMs in inference "
           "engines reach about half of peak; the OS keeps some memory")
+
+# The share of a link's one-way datasheet bandwidth a collective's bytes move at (nccl-tests bus bandwidth at
+# large messages; the rest is protocol overhead; docs/formulas.md §8). NVLink: 366 GB/s all-reduce on 4 × H100
+# SXM (450 GB/s one way), 230-250 GB/s on 8 × A100 SXM (300 GB/s). PCIe through its switches: 35-45 GB/s on
+# 8 × H100 PCIe (64 GB/s one way). The scale-out network is taken at the scale-up figure.
+SCALE_UP_COLLECTIVE_EFF = 0.8
+PCIE_COLLECTIVE_EFF = 0.6
+
+
+def collective_eff(hw: Hardware) -> float:
+    """The collective bus bandwidth's share of the link tensor-parallel ranks use: a scale-up link's, else PCIe's."""
+    return SCALE_UP_COLLECTIVE_EFF if hw.scale_up_link is not None else PCIE_COLLECTIVE_EFF
+
 
 GENERIC_ENGINE = EngineDefaults(
     bandwidth_eff={"native": 0.80, "weight_only": 0.60, "gguf": 0.75, "fp4": 0.70},

@@ -28,6 +28,7 @@ from estimator.errors import ConfigurationError, describe_validation_error
 from estimator.evaluation.columns import (
     compute_peak_table,
     format_columns,
+    fp4_gemm_table,
     hardware_columns,
     kv_columns,
     model_columns,
@@ -61,11 +62,9 @@ LOAD_COLUMNS = ("steady_batch", "request_rate", "saturated", "max_rate", "ttft_p
 ALL_AT_ONCE_COLUMNS = ("prefill_phase_s", "running_batch", "max_running_sequences", "queued_requests", "ttft_p50_s",
                        "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_p99_s")
 # The columns a sweep returns unless ``detail=True`` asks for the ledgers too.
-MAIN_COLUMNS = (
-    "ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total", "e2e_latency_s",
-    "tpot_inclusive_s", "throughput_out_tps", "prefill_bound", "decode_bound",
-    "memory_required_bytes", "memory_available_bytes", "fits", "max_batch",
-)
+MAIN_COLUMNS = ("ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total", "e2e_latency_s",
+                "tpot_inclusive_s", "throughput_out_tps", "prefill_bound", "decode_bound", "memory_required_bytes",
+                "memory_available_bytes", "fits", "max_batch")
 
 
 # The compute efficiency a profile lends to every dtype: its widest measured GEMM, since a profile
@@ -192,8 +191,9 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
             for key in ("eager_layer_s", "eager_expert_s", "kv_expand_bytes_per_s"):
                 hw_columns[key][i] = getattr(profile.summary, key) or np.nan
     hw = on_axis(hw_columns, 1)
-    stream = weight_stream_columns(devices, fmts, calibrations or {}, physical_limit)
-    hw.update({k: v.reshape(1, sizes[1], sizes[2], *[1] * (len(sizes) - 3)) for k, v in stream.items()})
+    by_device_and_format = {**weight_stream_columns(devices, fmts, calibrations or {}, physical_limit),
+                            "fp4_gemm": fp4_gemm_table(dtypes).T}
+    hw.update({k: v.reshape(1, sizes[1], sizes[2], *[1] * (len(sizes) - 3)) for k, v in by_device_and_format.items()})
     results = compute_results(
         m=on_axis(model_columns(model_specs), 0), hw=hw,
         f=f_columns, kv=on_axis(kv_columns(kvs), 3), host=host, draft=draft,

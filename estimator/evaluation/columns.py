@@ -14,7 +14,14 @@ from typing import Sequence
 import numpy as np
 
 from estimator.efficiency.calibration_profile import WEIGHT_STREAM_ROWS, weight_stream_efficiencies
-from estimator.efficiency.defaults import CLASS_ORDER, GENERIC_ENGINE, EngineDefaults, compute_ceiling, device_defaults
+from estimator.efficiency.defaults import (
+    CLASS_ORDER,
+    GENERIC_ENGINE,
+    EngineDefaults,
+    collective_eff,
+    compute_ceiling,
+    device_defaults,
+)
 from estimator.errors import ConfigurationError
 from estimator.physics.flops import STATE_FLOPS_PER_ELEMENT
 from estimator.physics.params import count_params, mlp_matrices
@@ -171,6 +178,7 @@ def hardware_columns(devices: Sequence[Hardware], physical_limit: bool = False) 
         "device_class_code": np.array([CLASS_ORDER.index(hw.device_class.value) for hw in devices]),
         "device_bandwidth_eff": np.array([1.0 if physical_limit else d.bandwidth_eff for d in defaults]),
         "device_compute_eff": np.array([1.0 if physical_limit else d.compute_eff for d in defaults]),
+        "collective_eff": np.array([1.0 if physical_limit else collective_eff(hw) for hw in devices]),
         "fp16_accumulate_speedup": np.array([compute_ceiling(hw) for hw in devices]),
         "usable_memory_fraction": np.array([d.usable_memory_fraction for d in defaults]),
         "runtime_reserve_bytes": np.array([d.runtime_reserve_bytes for d in defaults]),
@@ -220,11 +228,17 @@ def _first_peak(hw: Hardware, dtypes: Sequence[str]) -> tuple[str, float]:
         f"that computes in one of those, or add the missing peak to its YAML entry")
 
 
-def compute_peak_table(formats: Sequence[WeightFormat], devices: Sequence[Hardware]) -> tuple[np.ndarray, list[list[str]]]:
+def compute_peak_table(formats: Sequence[WeightFormat],
+                       devices: Sequence[Hardware]) -> tuple[np.ndarray, list[list[str]]]:
     """Dense peak FLOP/s of each format's compute dtype on each device, shape (formats, devices)."""
     dtypes = [[_first_peak(hw, f.compute_dtypes)[0] for hw in devices] for f in formats]
     peaks = np.array([[_first_peak(hw, f.compute_dtypes)[1] for hw in devices] for f in formats])
     return peaks, dtypes
+
+
+def fp4_gemm_table(dtypes: list[list[str]]) -> np.ndarray:
+    """1 where a format's GEMMs run at the device's FP4 tensor rate, from compute_peak_table's dtypes."""
+    return np.array([[float(d == "fp4") for d in row] for row in dtypes])
 
 
 def weight_stream_columns(devices, fmts, calibrations: dict, physical_limit: bool) -> dict[str, np.ndarray]:

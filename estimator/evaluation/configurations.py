@@ -14,7 +14,14 @@ import numpy as np
 from estimator.efficiency.defaults import PHYSICAL_LIMIT, EngineDefaults
 from estimator.efficiency.engine_profiles import EngineProfile
 from estimator.efficiency.engine_profiles import engine as engine_profile
-from estimator.evaluation.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
+from estimator.evaluation.columns import (
+    compute_peak_table,
+    format_columns,
+    fp4_gemm_table,
+    hardware_columns,
+    kv_columns,
+    model_columns,
+)
 from estimator.evaluation.compute import compute_results
 from estimator.evaluation.fixed_batch import effective_rates
 from estimator.serving.workload import Layout, ServingOptions, check_workload
@@ -75,7 +82,8 @@ class ConfigurationColumns:
         position = {id(f): i for i, f in enumerate(formats)}
         f_index = np.array([position[id(c.weight_format)] for c in configs])
         kv, _, _ = _gather([c.kv_format for c in configs], kv_columns)
-        peaks, _ = compute_peak_table(formats, devices)
+        peaks, dtypes = compute_peak_table(formats, devices)
+        hw["fp4_gemm"] = fp4_gemm_table(dtypes)[f_index, hw_index]
         layouts = [c.layout.columns() for c in configs]
         return cls(m, hw, kv, formats, f_index, peaks[f_index, hw_index],
                    np.array([c.batch for c in configs], dtype=float),

@@ -66,7 +66,7 @@ PARTS = ("linear_s", "attention_s", "communication_s", "offload_s", "overhead_s"
 
 
 def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
-    """Datasheet peaks × device efficiency × engine efficiency (docs/architecture.md)."""
+    """Datasheet peaks × device × engine efficiency (docs/architecture.md); FP4 GEMMs where hw["fp4_gemm"] is 1."""
     # PyTorch's own GEMMs (torch_kernels) run at a calibration's measured GEMM rate, with no engine factor on top
     own = engine.torch_kernels & (np.asarray(hw.get("calibrated_gemm", 0.0)) > 0)
     compute_eff = hw["device_compute_eff"] * np.where(own, 1.0, compute_eff_by_class(engine)[hw["device_class_code"]])
@@ -76,8 +76,9 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
     native = bandwidth_scale_by_class(engine)[hw["device_class_code"]]
     weight_scale = np.where(f["dequantizes"], bandwidth_scale_by_class(engine, True)[hw["device_class_code"]], native)
     weight_engine_factor = weight_scale * f["engine_bandwidth_eff"]
+    fp4_share = np.where(np.asarray(hw.get("fp4_gemm", 0.0)) > 0, engine.fp4_compute_scale, 1.0)  # FP4 GEMMs' own
     return {
-        "linear_flops_per_s": peak_linear_flops_per_s * compute_eff,
+        "linear_flops_per_s": peak_linear_flops_per_s * compute_eff * fp4_share,
         "attention_flops_per_s": hw["attention_flops_per_s"] * compute_eff,
         "weight_bytes_per_s": bandwidth * weight_scale * f["engine_bandwidth_eff"],
         "weight_engine_factor": weight_engine_factor,   # the engine's share of the device's weight stream
@@ -146,8 +147,7 @@ def _expert_kernels(s: _Setup, flops: dict, tokens) -> dict:
     on_device = np.maximum(m["moe_layers"] - s.cpu_layers, 0.0)
     # an engine that runs a prompt in micro-batches (llama.cpp's n_ubatch) touches the experts once per micro-batch
     chunks = np.ceil(tokens / s.serving["ubatch_tokens"]) if s.engine.prefill_in_ubatches else 1.0
-    touched = chunks * distinct_experts(m["experts"], m["experts_per_token"], tokens / chunks,
-                                        s.serving["expert_skew"])
+    touched = chunks * distinct_experts(m["experts"], m["experts_per_token"], tokens / chunks, s.serving["expert_skew"])
     padding = 2 * m["params_routed_one"] * on_device * touched * s.engine.expert_tile_tokens
     return {**flops, "linear": flops["linear"] + padding}
 

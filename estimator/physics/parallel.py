@@ -5,7 +5,8 @@ so ``devices = tp × pp × dp`` and each replica decodes ``batch / dp`` sequence
 
 - **TP** (Megatron): weights and KV heads split over tp ranks; two all-reduces
   of the activations per layer (docs/formulas.md §8), ring cost
-  ``latency + 2(t−1)/t · M / link``.
+  ``latency + 2(t−1)/t · M / bus`` at the bus bandwidth a collective reaches,
+  a share η_coll of the link's one-way datasheet bandwidth.
 - **PP**: each of pp stages holds L/pp layers. A batch is cut into
   m = min(B, pp) micro-batches; every sequence advances one token per cycle of
   ``max(m, pp)`` stage passes, so with fewer micro-batches than stages the
@@ -60,9 +61,11 @@ def micro_batches(batch, pp):
 
 
 def tp_link_bytes_per_s(hw, tp, node, network_bytes_per_s):
-    """The link a TP group's collectives run over: scale-up within a node, the network across nodes."""
-    return np.where(np.asarray(tp) > node, np.minimum(network_bytes_per_s, hw["link_bytes_per_s"]),
+    """The bus bandwidth a TP group's collectives reach: η_coll of the link they run over, scale-up within a
+    node, the network across nodes (docs/formulas.md §8)."""
+    link = np.where(np.asarray(tp) > node, np.minimum(network_bytes_per_s, hw["link_bytes_per_s"]),
                     hw["link_bytes_per_s"])
+    return hw["collective_eff"] * link
 
 
 def pp_link_bytes_per_s(hw, tp, pp, node, network_bytes_per_s):

@@ -50,7 +50,7 @@ from estimator.validation.predict import Resolved, predict_resolved, predicted_a
 GROUPS = tuple(DEVICE_GROUPS)
 PARAMETER_NAMES = (*(f"bandwidth_{g}" for g in GROUPS), *(f"dequant_bandwidth_{g}" for g in GROUPS),
                    *(f"compute_{g}" for g in GROUPS), "per_step_s", "per_layer_s", "per_sequence_s",
-                   "expert_tile_tokens", "kv_bandwidth_datacenter")
+                   "expert_tile_tokens", "kv_bandwidth_datacenter", "fp4_compute_scale")
 # The default device efficiencies of each group's typical device (HBM or GDDR cards, unified-memory SoCs):
 # a fitted product divided by them is the engine's own factor.
 TYPICAL_DEVICE = {"datacenter": HBM, "desktop": GDDR, "unified": UNIFIED}
@@ -62,7 +62,8 @@ PRIOR = np.array([*(GENERIC_ENGINE.bandwidth_eff["native"] * TYPICAL_DEVICE[g].b
                   *(GENERIC_ENGINE.bandwidth_eff["gguf"] * TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS),
                   *(GENERIC_ENGINE.compute_eff * TYPICAL_DEVICE[g].compute_eff for g in GROUPS),
                   GENERIC_ENGINE.per_step_s, GENERIC_ENGINE.per_layer_s, PRIOR_PER_SEQUENCE_S,
-                  PRIOR_EXPERT_TILE_TOKENS, GENERIC_ENGINE.kv_bandwidth_eff * HBM.bandwidth_eff])
+                  PRIOR_EXPERT_TILE_TOKENS, GENERIC_ENGINE.kv_bandwidth_eff * HBM.bandwidth_eff,
+                  GENERIC_ENGINE.fp4_compute_scale])
 # Physical bounds. Bandwidth: 0.95 of datasheet (the best kernels measure 0.8-0.9, docs/formulas.md §9).
 # Compute: the dense peak. Per step: 10 ms (a scheduler and sampler step of a serving engine under load
 # is 1-5 ms); per layer: 100 us (about 20 eager kernel launches of 5 us; 1.3 us each under CUDA graphs);
@@ -71,9 +72,11 @@ PRIOR = np.array([*(GENERIC_ENGINE.bandwidth_eff["native"] * TYPICAL_DEVICE[g].b
 # 0.85) would lift the product above the typical one: the bound keeps that device at the dense peak.
 DATACENTER_COMPUTE_UPPER = min(1.0, HBM.compute_eff / max(matmul_ceilings().values()))
 # MoE expert GEMMs: each touched expert costs the FLOPs of 0.01 to 1,024 more tokens (a 128-row tile is
-# the largest common GEMM tile; eight of them is far beyond any padding or routing cost).
-LOWER = np.array([*[0.05] * 6, *[0.01] * 3, 1e-6, 1e-7, 1e-8, 0.01, 0.05])
-UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4, 1e-4, 1024.0, 0.95])
+# the largest common GEMM tile; eight of them is far beyond any padding or routing cost). FP4 GEMMs reach
+# 0.1 to 1 times the share of their peak the engine's other GEMMs reach of theirs: never more, since each
+# also quantizes its activations and handles block scales; the product stays under the dense FP4 peak.
+LOWER = np.array([*[0.05] * 6, *[0.01] * 3, 1e-6, 1e-7, 1e-8, 0.01, 0.05, 0.1])
+UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4, 1e-4, 1024.0, 0.95, 1.0])
 # An engine that issues its ops one at a time from Python (eager PyTorch) pays the host's time per op on
 # every layer: about 35 ops (norms, projections, attention, the KV-cache writes and GQA expansion, MLP) at
 # the 10-25 us a launched op costs from Python (two H200 profiles, in two VMs, measured 9.3 and 6.2 us for a
@@ -128,6 +131,7 @@ def parameters_from(theta, **properties) -> EngineDefaults:
         compute_eff=compute["datacenter"],
         compute_eff_by_group=compute, per_step_s=values["per_step_s"], per_layer_s=values["per_layer_s"],
         per_sequence_s=values["per_sequence_s"], expert_tile_tokens=values["expert_tile_tokens"],
+        fp4_compute_scale=values["fp4_compute_scale"],
         allreduce_latency_s=GENERIC_ENGINE.allreduce_latency_s, **properties,
         basis="fitted: estimator/validation/fitting.py on measurements_db (see the profile's fit record)")
 
@@ -140,7 +144,7 @@ def theta_of(p: EngineDefaults) -> np.ndarray:
     compute = [p.compute_eff_by_group.get(g, p.compute_eff) * TYPICAL_DEVICE[g].compute_eff for g in GROUPS]
     return np.array([*bandwidth, *dequantizing, *compute, p.per_step_s, p.per_layer_s,
                      max(p.per_sequence_s, LOWER[PER_SEQUENCE]), max(p.expert_tile_tokens, LOWER[EXPERT_TILE]),
-                     p.kv_bandwidth_eff * TYPICAL_DEVICE["datacenter"].bandwidth_eff])
+                     p.kv_bandwidth_eff * TYPICAL_DEVICE["datacenter"].bandwidth_eff, p.fp4_compute_scale])
 
 
 @dataclass

@@ -1,0 +1,46 @@
+"""GEMMs at the FP4 tensor rate reach their own share of it (EngineDefaults.fp4_compute_scale).
+
+The engine's FP4 GEMMs (NVFP4, MXFP4 on a device with FP4 tensor cores) run at fp4_compute_scale times the
+share of their peak its other GEMMs reach (docs/formulas.md §9); a format that falls back to FP8 or BF16, and
+attention, keep the engine's compute share.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from estimator.efficiency.engine_profiles import engine
+from estimator.physics.roofline import COMPUTE
+from estimator.validation.fitting import LOWER, PARAMETER_NAMES, UPPER
+from tests.helpers import run
+
+NO_OVERHEADS = {"per_step_s": 0.0, "per_layer_s": 0.0, "per_sequence_s": 0.0}
+
+
+def _prefill(db, gpu, fmt, scale):
+    spec, hw = db.models.get("llama-3.1-8b"), db.hardware.get(gpu)
+    trt = engine("tensorrt-llm").parameters.model_copy(update={**NO_OVERHEADS, "fp4_compute_scale": scale})
+    return run(spec, hw, fmt=fmt, B=1, T=8192, O=2, ideal=False, engine=trt)
+
+
+def test_fp4_gemms_take_their_own_share_of_the_fp4_peak(db):
+    # Llama-3.1-8B, 8,192-token prompt, NVFP4 on a B200: the linear layers are compute-bound at either share,
+    # so halving the FP4 share doubles their time and leaves attention (BF16/FP8 kernels) alone
+    full, half = _prefill(db, "b200", "nvfp4", 1.0), _prefill(db, "b200", "nvfp4", 0.5)
+    assert full["prefill_bound"] == half["prefill_bound"] == COMPUTE
+    assert half["prefill_linear_s"] == pytest.approx(2 * full["prefill_linear_s"], rel=1e-9)
+    assert half["prefill_attention_s"] == pytest.approx(full["prefill_attention_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("gpu, fmt", [("b200", "fp8"), ("h100", "nvfp4")])
+def test_gemms_not_at_the_fp4_rate_keep_the_engine_share(db, gpu, fmt):
+    # FP8 on a B200, and NVFP4 on an H100 (no FP4 tensor cores: it computes in FP8) are not FP4 GEMMs
+    assert _prefill(db, gpu, fmt, 0.5)["prefill_linear_s"] == pytest.approx(
+        _prefill(db, gpu, fmt, 1.0)["prefill_linear_s"], rel=1e-12)
+
+
+def test_the_fitted_share_is_inside_its_bounds():
+    # TensorRT-LLM is the engine with FP4 rows (B200, GB200, RTX PRO 6000 Blackwell): its share is fitted
+    i = PARAMETER_NAMES.index("fp4_compute_scale")
+    fitted = engine("tensorrt-llm").parameters.fp4_compute_scale
+    assert LOWER[i] * 1.01 < fitted < UPPER[i] * 0.99
