@@ -115,8 +115,6 @@ def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, 
     return out
 
 
-
-
 def backlog(requests, slots, prefill_s, prefill_linear_s, prompt_tokens, output_tokens, step_tokens, decode_s,
             decode_linear_s, mixed) -> dict[str, np.ndarray]:
     """Mean and percentile latencies of n requests sent at once to an engine that runs only S of them.
