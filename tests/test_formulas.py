@@ -208,6 +208,19 @@ class TestParallelLayouts:
         assert hardware_columns([hw])["collective_eff"][0] == 0.8
         assert hardware_columns([hw], physical_limit=True)["collective_eff"][0] == 1.0
 
+    def test_published_l40s_tensor_parallel_runs(self, db):
+        # TensorRT-LLM's tables on 2-8 L40S, which all-reduce over PCIe (48 rows: throughput and TTFT): with
+        # the shipped profile (fitted on them among others: a regression guard) the median error is 16%
+        import statistics
+
+        from estimator.validation.dataset import load_dataset
+        from estimator.validation.predict import predict_rows
+        rows = [r for r in load_dataset().usable() if r["hardware"] == "NVIDIA L40S"
+                and r["engine"] == "TensorRT-LLM" and int(r["n_gpus"]) > 1]
+        results = predict_rows(rows, db)
+        assert len(rows) >= 40 and all(r["status"] == "ok" for r in results)
+        assert statistics.median(abs(float(r["predicted"]) / float(r["measured"]) - 1) for r in results) <= 0.20
+
     def test_expert_parallel_swaps_moe_allreduce_for_all_to_all(self, db):
         spec, hw = db.models.get("Qwen/Qwen3-30B-A3B"), db.hardware.get("h100")
         tp_only = run(spec, hw, B=64, tp=4, ep=1, ideal=False)
