@@ -58,3 +58,13 @@ def cli(capsys, *argv):
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def median_abs_error(rows: list[dict], db) -> float:
+    """Median |error| of measured rows predicted with the shipped profiles; every row must resolve."""
+    import statistics
+
+    from estimator.validation.predict import predict_rows
+    results = predict_rows(rows, db)
+    assert all(r["status"] == "ok" for r in results), [r["reason"] for r in results if r["status"] != "ok"]
+    return statistics.median(abs(float(r["rel_error"])) for r in results)

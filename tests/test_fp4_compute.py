@@ -7,15 +7,13 @@ attention, keep the engine's compute share.
 
 from __future__ import annotations
 
-import statistics
-
 import pytest
 
 from estimator.efficiency.engine_profiles import engine
 from estimator.physics.roofline import COMPUTE
 from estimator.validation.dataset import load_dataset
 from estimator.validation.fitting import LOWER, PARAMETER_NAMES, UPPER
-from tests.helpers import run
+from tests.helpers import median_abs_error, run
 
 NO_OVERHEADS = {"per_step_s": 0.0, "per_layer_s": 0.0, "per_sequence_s": 0.0}
 
@@ -49,13 +47,6 @@ def test_the_fitted_share_is_inside_its_bounds():
     assert LOWER[i] * 1.01 < fitted < UPPER[i] * 0.99
 
 
-def _median_error(rows, db):
-    from estimator.validation.predict import predict_rows
-    results = predict_rows(rows, db)
-    assert all(r["status"] == "ok" for r in results)
-    return statistics.median(abs(float(r["predicted"]) / float(r["measured"]) - 1) for r in results)
-
-
 def test_published_blackwell_fp4_throughput(db):
     # TensorRT-LLM's published max-throughput tables on B200 and GB200 in NVFP4/MXFP4 (180 rows, three
     # releases): with the shipped profile, fitted on them among others (a regression guard, not the held-out
@@ -64,4 +55,4 @@ def test_published_blackwell_fp4_throughput(db):
             and r["engine"] == "TensorRT-LLM" and "fp4" in r["weight_format"].lower()
             and r["metric"].startswith("throughput")]
     assert len(rows) >= 150
-    assert _median_error(rows, db) <= 0.18
+    assert median_abs_error(rows, db) <= 0.18
