@@ -20,21 +20,38 @@ def test_a_sparse_cell_leans_on_its_parent():
     # at q50 = 1.0
     cells = {"decode_b1": [-0.2, 0.0, 0.2, 100], "decode_b1|dense": [-0.2, 0.0, 0.2, 100],
              "decode_b1|dense|vLLM": [0.2, 0.4, 0.6, 10], "decode_b1|dense|vLLM|desktop": [0.8, 1.0, 1.2, 2]}
-    q = shrunk_quantiles(cells, cell_path("decode_b1", False, "vLLM", "desktop", "cuda"), prior_rows=10)
-    # engine: (10 x 0.4 + 10 x 0.0) / 20 = 0.2; group: (2 x 1.0 + 10 x 0.2) / 12 = 1/3; no backend cell
+    q = shrunk_quantiles(cells, cell_path("decode_b1", False, "vLLM", "desktop", "cuda", "16-bit"), prior_rows=10)
+    # engine: (10 x 0.4 + 10 x 0.0) / 20 = 0.2; group: (2 x 1.0 + 10 x 0.2) / 12 = 1/3; no format or backend cell
     assert math.isclose(q[1], 1 / 3)
     assert math.isclose(q[0], (2 * 0.8 + 10 * 0.0) / 12)    # engine level: (10 x 0.2 + 10 x -0.2) / 20 = 0
-    assert shrunk_quantiles(cells, cell_path("prefill", False, "vLLM", "desktop", "cuda"), 10) is None
+    assert shrunk_quantiles(cells, cell_path("prefill", False, "vLLM", "desktop", "cuda", "16-bit"), 10) is None
 
 
 def test_moe_models_read_their_own_cells():
     # 30 MoE rows at q50 = 0.5 (predicted 1.65x too fast): an MoE row's median leans to them, a dense row's does not
     cells = {"prefill": [-0.3, 0.1, 0.6, 130], "prefill|dense": [-0.3, 0.0, 0.3, 100],
              "prefill|moe": [0.1, 0.5, 0.9, 30]}
-    dense = shrunk_quantiles(cells, cell_path("prefill", False, "llama.cpp", "desktop", "cuda"), 10)
-    moe = shrunk_quantiles(cells, cell_path("prefill", True, "llama.cpp", "desktop", "cuda"), 10)
+    dense = shrunk_quantiles(cells, cell_path("prefill", False, "llama.cpp", "desktop", "cuda", "gguf k-quant"), 10)
+    moe = shrunk_quantiles(cells, cell_path("prefill", True, "llama.cpp", "desktop", "cuda", "gguf k-quant"), 10)
     assert math.isclose(dense[1], (100 * 0.0 + 10 * 0.1) / 110)
     assert math.isclose(moe[1], (30 * 0.5 + 10 * 0.1) / 40)
+
+
+def test_decode_and_prefill_cells_part_by_format_family():
+    # llama.cpp on desktop cards: 12 K-quant rows at q50 = 0.3 under the group's 40 rows at q50 = 0.1. A K-quant
+    # row of decode leans to its family, then to its backend's 5 rows at q50 = 0.6; max-throughput has no
+    # family level, so the same cells under it give the backend straight under the group.
+    for regime in ("decode_batched", "throughput"):
+        engine = f"{regime}|dense|llama.cpp"
+        cells = {regime: [-0.2, 0.0, 0.2, 100], f"{regime}|dense": [-0.2, 0.0, 0.2, 100],
+                 engine: [-0.2, 0.0, 0.2, 60], f"{engine}|desktop": [-0.1, 0.1, 0.3, 40],
+                 f"{engine}|desktop|gguf k-quant": [0.1, 0.3, 0.5, 12],
+                 f"{engine}|desktop|gguf k-quant|cuda": [0.4, 0.6, 0.8, 5], f"{engine}|desktop|cuda": [0.4, 0.6, 0.8, 5]}
+        q = shrunk_quantiles(cells, cell_path(regime, False, "llama.cpp", "desktop", "cuda", "gguf k-quant"), 10)
+        group = (40 * 0.1 + 10 * 0.0) / 50
+        family = (12 * 0.3 + 10 * group) / 22
+        parent = family if regime == "decode_batched" else group
+        assert math.isclose(q[1], (5 * 0.6 + 10 * parent) / 15)
 
 
 def test_band_widens_around_the_median_in_log_space():

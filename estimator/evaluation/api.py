@@ -50,7 +50,7 @@ from estimator.serving.workload import (
 )
 from estimator.serving.lengths import length_mix
 from estimator.specs.database import Database, load_database
-from estimator.specs.formats import KVFormat, WeightFormat, kv_format, weight_format
+from estimator.specs.formats import KVFormat, WeightFormat, format_family, kv_format, weight_format
 from estimator.specs.hardware import Hardware
 from estimator.specs.model import ModelSpec
 
@@ -384,8 +384,7 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep, model=spec, devices_per_node=devices_per_node,
                                  network_gbps=network_gbps, attention_dp=attention_dp)
     serving = _serving(kv_alloc=kv_alloc, kv_block_tokens=kv_block_tokens, prefix_tokens=prefix_tokens,
-                       attention=attention, offload=offload, gpu_layers=gpu_layers, cpu_moe=cpu_moe,
-                       host_cpu=host_cpu,
+                       attention=attention, offload=offload, gpu_layers=gpu_layers, cpu_moe=cpu_moe, host_cpu=host_cpu,
                        draft_model=draft_model, draft_tokens=draft_tokens, acceptance=acceptance, draft_cost=draft_cost,
                        concurrency=concurrency, rate=rate, chunked_prefill=chunked_prefill,
                        max_num_seqs=max_num_seqs, num_requests=num_requests, prefix_hit_rate=prefix_hit_rate,
@@ -419,8 +418,9 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     # the roofline at 100% of the datasheet, with the engine's own math dtypes (the peak the estimate uses)
     limit = sweep([spec], [device], [weight_format], [kv_format], [batch], [prompt_tokens], [output_tokens],
                   [layout], serving=serving, detail=True, db=db, engine=profile_engine, physical_limit=True).row(0)
-    results.update(interval_columns(results, limit, spec.shape.moe, profile_engine.name, device.vendor,
-                                    device.device_class.value, batch, serving.under_load, profile is not None))
+    results.update(interval_columns(results, limit, spec.shape.moe, format_family(row["weight_format"]),
+                                    profile_engine.name, device.vendor, device.device_class.value, batch,
+                                    serving.under_load, profile is not None))
     return Estimate(
         model=spec, hardware=device, weight_format=resolve_weight_format(weight_format),
         kv_format=resolve_kv_format(kv_format), layout=layout, batch=batch, prompt_tokens=prompt_tokens,

@@ -1,12 +1,13 @@
 """Prediction intervals grounded in measured error, capped by physics.
 
 ``roofline validate --published --write`` stores, for every cell of regime × model type (dense or MoE) ×
-engine × device group × backend, the 10th, 50th and 90th percentiles of log(measured / predicted speed)
-over held-out rows (:mod:`estimator.validation.interval_calibration`). A cell is read through its parents
-(the regime over all models and engines, then dense or MoE models, then the engine, then the engine on
-that device group, then that backend), each level
-shrunk towards the one above with the weight of ``prior_rows`` pseudo-rows, so a sparse cell leans on
-its parent instead of on a handful of rows (hierarchical shrinkage). The band around the median is
+engine × device group × (for decode and prefill) weight-format family × backend, the 10th, 50th and 90th
+percentiles of log(measured / predicted speed) over held-out rows
+(:mod:`estimator.validation.interval_calibration`). A cell is read through its parents (the regime over all
+models and engines, then dense or MoE models, then the engine, then the engine on that device group, then
+that format family, then that backend), each level shrunk towards the one above with the weight of
+``prior_rows`` pseudo-rows, so a sparse cell leans on its parent instead of on a handful of rows
+(hierarchical shrinkage). The band around the median is
 widened by the stored factor ``k``, chosen on held-out sources to cover 80% of rows.
 
 Physics caps every interval: no upper speed beats the roofline at 100% of datasheet bandwidth and
@@ -24,6 +25,8 @@ REGIMES = ("decode_b1", "decode_batched", "prefill", "throughput", "serving")
 # The widening is chosen per phase (a regime's parent), so each phase's coverage reaches 80%.
 PHASE_OF_REGIME = {"decode_b1": "decode", "decode_batched": "decode", "prefill": "prefill",
                    "throughput": "throughput", "serving": "serving"}
+# Regimes whose interval cells part by weight-format family (see cell_path).
+FORMAT_REGIMES = ("decode_b1", "decode_batched", "prefill")
 # Speeds (and the times that are their inverses) an estimate carries intervals for, by regime.
 DECODE = (("decode_tps_per_seq", "decode_tps_total", "throughput_out_tps"), ("itl_s", "tpot_inclusive_s",
                                                                               "e2e_latency_s"))
@@ -50,14 +53,14 @@ def measurement_regime(metric: str, batch: int, offline: bool, under_load: bool)
     return "decode_b1" if batch <= 1 and not offline else "decode_batched"
 
 
-def measurement_band(metric: str, regime: str, moe: bool, engine: str, vendor: str, device_class: str,
+def measurement_band(metric: str, regime: str, moe: bool, family: str, engine: str, vendor: str, device_class: str,
                      backend: str = ""):
     """The shipped 80% band (low, high) of measured / predicted for one measured metric; None when none.
 
     For a time metric the band is of the time (the speed band inverted).
     """
     stored = _shipped()
-    found = stored and shipped_band(stored, regime, moe, engine, GROUP_OF_CLASS[device_class],
+    found = stored and shipped_band(stored, regime, moe, family, engine, GROUP_OF_CLASS[device_class],
                                     backend or default_backend(vendor, device_class))
     if not found:
         return None
@@ -71,11 +74,12 @@ def _shipped() -> dict | None:
     return stored if stored is not None and "cells" in stored else None
 
 
-def shipped_band(stored: dict, regime: str, moe: bool, engine: str, group: str,
+def shipped_band(stored: dict, regime: str, moe: bool, family: str, engine: str, group: str,
                  backend: str) -> tuple[float, float] | None:
     """Low and high ratio measured / predicted of one cell path, shrunk and widened; None when the regime has no
     rows."""
-    q = shrunk_quantiles(stored["cells"], cell_path(regime, moe, engine, group, backend), stored["prior_rows"])
+    q = shrunk_quantiles(stored["cells"], cell_path(regime, moe, engine, group, backend, family),
+                         stored["prior_rows"])
     return None if q is None else band(q, widening_for(stored, regime))
 
 
@@ -90,14 +94,24 @@ def model_type(moe: bool) -> str:
     return "moe" if moe else "dense"
 
 
-def cell_path(regime: str, moe: bool, engine: str, group: str, backend: str) -> list[tuple[str, ...]]:
+def cell_path(regime: str, moe: bool, engine: str, group: str, backend: str, family: str) -> list[tuple[str, ...]]:
     """The cells of one row, most general first. Dense and MoE models part right under the regime: the
     expert kernels' errors differ from the dense GEMMs' on every engine (held out, llama.cpp's MoE prompt
     processing runs 1.3-1.6x slower than predicted where its dense one runs 0.6x), and an interval that
-    mixes them covers neither."""
+    mixes them covers neither.
+
+    In decode and prefill (:data:`FORMAT_REGIMES`) the weight-format ``family``
+    (:func:`~estimator.specs.formats.format_family`) parts an engine's rows on a device group before the
+    backend does: a format has kernels of its own (a dequantizing GEMV, a quantized-matmul prompt kernel),
+    whose share of the roofline differs from the next format's. Held out, the split narrowed the median
+    80% band from 1.82x to 1.69x (decode) and from 2.85x to 2.32x (prefill) at 78% and 81% coverage. In
+    max-throughput it widened the band from 1.74x to 2.24x (its FP4 rows differ more between publishers
+    than all formats do pooled), so there the family is no level."""
     kind = model_type(moe)
-    return [(regime,), (regime, kind), (regime, kind, engine), (regime, kind, engine, group),
-            (regime, kind, engine, group, backend)]
+    top = [(regime,), (regime, kind), (regime, kind, engine), (regime, kind, engine, group)]
+    if regime in FORMAT_REGIMES:
+        return [*top, (regime, kind, engine, group, family), (regime, kind, engine, group, family, backend)]
+    return [*top, (regime, kind, engine, group, backend)]
 
 
 def cell_key(cell: tuple[str, ...]) -> str:
@@ -139,19 +153,19 @@ def estimate_regimes(batch: float, under_load: bool) -> tuple[str, str]:
     return ("decode_b1" if batch <= 1 else "decode_batched"), "prefill"
 
 
-def low_ratios(moe: bool, engine: str, vendor: str, device_class: str, batch: float, under_load: bool):
+def low_ratios(moe: bool, family: str, engine: str, vendor: str, device_class: str, batch: float, under_load: bool):
     """The pessimistic ends (measured / predicted) of the decode and prefill intervals; None where none."""
     stored = _shipped()
     if stored is None:
         return None, None
     group, backend = GROUP_OF_CLASS[device_class], default_backend(vendor, device_class)
-    bands = [shipped_band(stored, regime, moe, engine, group, backend)
+    bands = [shipped_band(stored, regime, moe, family, engine, group, backend)
              for regime in estimate_regimes(batch, under_load)]
     return tuple(None if found is None else found[0] for found in bands)
 
 
-def interval_columns(results: dict, limit: dict, moe: bool, engine: str, vendor: str, device_class: str,
-                     batch: float, under_load: bool, calibrated: bool) -> dict:
+def interval_columns(results: dict, limit: dict, moe: bool, family: str, engine: str, vendor: str,
+                     device_class: str, batch: float, under_load: bool, calibrated: bool) -> dict:
     """Low/high speeds and times for one estimate's results, capped by ``limit`` (the physical roofline)."""
     stored = _shipped()
     if stored is None:
@@ -161,13 +175,15 @@ def interval_columns(results: dict, limit: dict, moe: bool, engine: str, vendor:
     decode_regime, prefill_regime = estimate_regimes(batch, under_load)
     out, bases = {}, []
     for regime, (speeds, times) in ((decode_regime, DECODE), (prefill_regime, PREFILL)):
-        found = shipped_band(stored, regime, moe, engine, group, backend)
+        found = shipped_band(stored, regime, moe, family, engine, group, backend)
         if found is None:
             bases.append(f"{regime}: no held-out rows, no interval")
             continue
         low, high = found
-        bases.append(f"{regime}: {model_type(moe)} models, {engine} on {group} ({backend or 'any backend'}), "
-                     f"shrunk towards its parents, widened {widening_for(stored, regime):g}x")
+        formats = f"{family} weights, " if regime in FORMAT_REGIMES else ""
+        bases.append(f"{regime}: {model_type(moe)} models, {formats}{engine} on {group} "
+                     f"({backend or 'any backend'}), shrunk towards its parents, widened "
+                     f"{widening_for(stored, regime):g}x")
         for key in speeds:
             if _finite(results.get(key)):
                 out[f"{key}_low"] = results[key] * low

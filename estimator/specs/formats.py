@@ -289,6 +289,22 @@ def weight_format(name: str) -> WeightFormat:
         return found
 
 
+def format_family(name: str) -> str:
+    """A weight format's family: formats whose kernels are alike (16-bit, fp8, fp4, int8, AWQ/GPTQ, GGUF
+    K-quants, GGUF legacy quants), by name; "other" for the rest.
+
+    >>> format_family("Q4_K_M"), format_family("mxfp4-experts"), format_family("bf16")
+    ('gguf k-quant', 'fp4', '16-bit')
+    """
+    lower = name.lower()
+    for family, marks in (("16-bit", ("f16", "bf16", "f32")), ("fp8", ("fp8",)), ("fp4", ("fp4",)),
+                          ("int8", ("int8",)), ("awq/gptq", ("awq", "gptq")), ("gguf k-quant", ("_k",)),
+                          ("gguf legacy", ("q4_0", "q8_0", "q5_0", "q4_1"))):
+        if any(m in lower for m in marks):
+            return family
+    return "other"
+
+
 def kv_format(name: str) -> KVFormat:
     """Find a KV-cache format by name or alias."""
     return _lookup(KV_FORMATS, "KV-cache", name)

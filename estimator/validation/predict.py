@@ -44,7 +44,7 @@ from estimator.evaluation.intervals import default_backend, measurement_band, me
 from estimator.serving.lengths import preset_at_means
 from estimator.serving.workload import Layout, ServingOptions, check_layout, scale_up_domain
 from estimator.specs.database import Database, load_database
-from estimator.specs.formats import kv_format, weight_format
+from estimator.specs.formats import format_family, kv_format, weight_format
 
 # metric name -> (result column, factor from base units to the metric's unit)
 METRICS = {
@@ -157,9 +157,7 @@ def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None
     layout = layout_of_row(row, model, hardware, engine)
     check_layout(model, layout)
     return Configuration(
-        model=model,
-        hardware=hardware,
-        weight_format=engine.runs(fmt) if engine else fmt,
+        model=model, hardware=hardware, weight_format=engine.runs(fmt) if engine else fmt,
         kv_format=_resolve(kv_format, _cell(row, "kv_format") or "f16"),
         layout=layout, batch=_int(row, "batch", 1, minimum=1),  # no batch: saturated or under load below
         # a generation benchmark from an empty context (llama-bench tgN) starts from one BOS token
@@ -399,8 +397,9 @@ def _fill(result: dict, r: dict, limit: dict, resolved: Resolved, j: int, row: d
                             f"{r['memory_available_bytes'] / 1e9:.1f} GB; prediction assumes it fits")
     config, metric = resolved.configs[j], result["metric"]
     regime = measurement_regime(metric, config.batch, resolved.saturate[j], resolved.serving[j].under_load)
-    found = measurement_band(metric, regime, config.model.shape.moe, resolved.engines[j], config.hardware.vendor,
-                             config.hardware.device_class.value, _cell(row, "backend"))
+    found = measurement_band(metric, regime, config.model.shape.moe, format_family(config.weight_format.name),
+                             resolved.engines[j], config.hardware.vendor, config.hardware.device_class.value,
+                             _cell(row, "backend"))
     if found and math.isfinite(predicted):
         low, high, remark = row_interval(predicted, found, float(limit[column]) * factor, metric)
         result["predicted_low"], result["predicted_high"] = f"{low:.6g}", f"{high:.6g}"

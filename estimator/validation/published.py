@@ -28,6 +28,7 @@ from estimator.evaluation.intervals import (
 )
 from estimator.formatting import table
 from estimator.specs.database import Database, load_database
+from estimator.specs.formats import format_family
 from estimator.validation.cross_validation import cross_validate
 from estimator.validation.dataset import Dataset, load_dataset
 from estimator.validation.fitting import GENERIC, Problem, build_problem, fit_all, fit_record
@@ -37,17 +38,6 @@ HEADLINE_METRICS = {"decode": ("decode_tps_per_seq", "decode_tps_total", "itl_ms
                     "prefill": PREFILL_METRICS, "throughput": THROUGHPUT_METRICS}
 PHASES = ("decode", "prefill", "throughput", "serving")
 SPLITS = ("engine", "backend", "device group", "format family")
-
-
-def format_family(name: str) -> str:
-    """Weight formats grouped by the kernels that run them."""
-    lower = name.lower()
-    for family, marks in (("16-bit", ("f16", "bf16", "f32")), ("fp8", ("fp8",)), ("fp4", ("fp4",)),
-                          ("int8", ("int8",)), ("awq/gptq", ("awq", "gptq")), ("gguf k-quant", ("_k",)),
-                          ("gguf legacy", ("q4_0", "q8_0", "q5_0", "q4_1"))):
-        if any(m in lower for m in marks):
-            return family
-    return "other"
 
 
 @dataclass
@@ -93,9 +83,9 @@ class Validation:
     def residuals(self) -> Residuals:
         labels = self.labels()
         limit_ratio = self.problem.limit / self.predicted
-        paths = [cell_path(g, t == "MoE", e, d, b) for g, t, e, d, b in
+        paths = [cell_path(g, t == "MoE", e, d, b, f) for g, t, e, d, b, f in
                  zip(labels["regime"], labels["model type"], labels["engine"], labels["device group"],
-                     labels["backend"])]
+                     labels["backend"], labels["format family"])]
         return Residuals(np.log(self.speed_ratio), np.log(np.where(self._times, 1 / limit_ratio, limit_ratio)),
                          paths, labels["phase"], self.problem.sources)
 
