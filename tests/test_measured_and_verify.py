@@ -52,6 +52,10 @@ def test_measured_rows_have_a_ratio_only_where_the_settings_match():
     # same format first
     formats = [r["weight_format"] for r in measured_rows(e)]
     assert formats == sorted(formats, key=lambda f: f != "Q4_K_M")
+    # then the estimate's engine: llama.cpp's F16 runs before ExLlamaV2's 8-bit ones on the same card
+    others = [r["engine"] for r in measured_rows(e, limit=1000) if r["weight_format"] != "Q4_K_M"]
+    assert {"llama.cpp", "ExLlamaV2"} <= set(others)
+    assert others == sorted(others, key=lambda engine: engine != "llama.cpp")
 
 
 def test_a_decode_row_matches_the_output_length():

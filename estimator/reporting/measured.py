@@ -16,8 +16,8 @@ given only where the row measured the same thing as the estimate (like with like
   leans high; the row's settings are printed with it.
 
 Other rows are still listed, with ``ratio_to_prediction`` null and their settings, so a user sees
-that they measured something else. At most :data:`LIMIT` rows: same format first, then same load,
-then same device count, then those with a ratio.
+that they measured something else. At most :data:`LIMIT` rows: same format first, then same engine,
+then same load, then same device count, then those with a ratio.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from estimator.efficiency.engine_profiles import split_engine_name
 from estimator.errors import RooflineError
 from estimator.evaluation.api import Estimate
 from estimator.specs.database import load_database
@@ -139,7 +140,7 @@ def _comparable(e: Estimate, row: dict, fmt: str | None, s: dict) -> bool:
 
 def measured_rows(e: Estimate, limit: int = LIMIT) -> list[dict]:
     """Published measurements of this model on this device, closest first, with measured / predicted."""
-    found = []
+    found, engine = [], split_engine_name(e.engine)[0].lower()
     for row, fmt in _index().get((e.model.name, e.hardware.name), []):
         value, s = _float(row["value"]), settings(row)
         prediction = predicted(e, row["metric"])
@@ -152,8 +153,8 @@ def measured_rows(e: Estimate, limit: int = LIMIT) -> list[dict]:
             "date": row.get("date") or None, "id": row["id"], "weight_format": fmt or row.get("weight_format"),
             "ratio_to_prediction": ratio if ratio is None or math.isfinite(ratio) else None,
             "predicted": prediction if ratio is not None else None, "settings": s,
-            "_rank": (fmt != e.weight_format.name, not same_load(e, s), s["n_gpus"] != e.layout.devices,
-                      ratio is None, row["metric"], row["id"]),
+            "_rank": (fmt != e.weight_format.name, (row.get("engine") or "").lower() != engine,
+                      not same_load(e, s), s["n_gpus"] != e.layout.devices, ratio is None, row["metric"], row["id"]),
         })
     found.sort(key=lambda r: r["_rank"])
     return [{k: v for k, v in r.items() if k != "_rank"} for r in found[:limit]]

@@ -97,6 +97,8 @@ NF4_DQ_BITS = 4 + 8 / 64 + 32 / (64 * 256)
 # -b (target average bits per weight) and -hb (head bits) as each converter documents its arguments.
 EXL2_DOC = "https://github.com/turboderp/exllamav2, convert.py -b/-hb"
 EXL3_DOC = "https://github.com/turboderp-org/exllamav3, convert.py -b/-hb"
+MLC_QUANTIZATION = ("https://github.com/mlc-ai/mlc-llm/blob/98d96718b636c06f09be44bf8e25315feb61773c/python/mlc_llm/"
+                    "quantization/quantization.py")
 
 
 def _mlx(bits: int, group: int) -> WeightFormat:
@@ -195,6 +197,18 @@ WEIGHT_FORMATS: tuple[WeightFormat, ...] = (
         basis="4-bit weights, group 128, fp16 scale + packed 4-bit zero per group = 4.156 bits "
               "(AWQ, arXiv 2306.00978); head and embedding fp16"),
     WeightFormat(
+        name="q4f16_1", aliases=("mlc-q4f16_1", "q4f16_0", "mlc-q4f16_0"), linear_bits=4 + 16 / 32,
+        head_bits=4 + 16 / 32, embedding_bits=4 + 16 / 32, compute_dtypes=F16_FALLBACK, dequant="weight_only",
+        basis="MLC-LLM group quantization: int4 weights with an fp16 scale per group of 32 = 4.5 bits, embedding "
+              "and final FC quantized too (quantize_embedding, quantize_final_fc; q4f16_0 differs in layout only) "
+              f"({MLC_QUANTIZATION})"),
+    WeightFormat(
+        name="q4f16_ft", aliases=("mlc-q4f16_ft",), linear_bits=4 + 16 / 4096, head_bits=4 + 16 / 32,
+        embedding_bits=4 + 16 / 32, compute_dtypes=F16_FALLBACK, dequant="weight_only",
+        basis="MLC-LLM FasterTransformer quantization: int4 linear weights with one fp16 scale per output channel "
+              "over K >= 4,096 inputs (<= 4.004 bits); the final FC and the embedding fall back to the 4.5-bit "
+              f"group quantization ({MLC_QUANTIZATION}, ft_quantization.py)"),
+    WeightFormat(
         name="int4-gptq", aliases=("gptq", "gptq-int4"), linear_bits=4 + 16 / 128 + 4 / 128,
         head_bits=16, embedding_bits=16, compute_dtypes=F16_FALLBACK, dequant="weight_only",
         basis="4-bit weights, group 128, fp16 scale + packed 4-bit zero per group (GPTQ, arXiv 2210.17323)"),
@@ -289,17 +303,22 @@ def weight_format(name: str) -> WeightFormat:
         return found
 
 
-def format_family(name: str) -> str:
-    """A weight format's family: formats whose kernels are alike (16-bit, fp8, fp4, int8, AWQ/GPTQ, GGUF
-    K-quants, GGUF legacy quants), by name; "other" for the rest.
+# Formats whose kernels are alike, by marks in their names; the first family with a mark in a name wins, so
+# MLC's q4f16_1 and q4f16_ft (4-bit weights, fp16 math) are not taken for 16-bit formats.
+FORMAT_FAMILIES = (("mlc int4", ("q4f16", "q4f32", "q3f16")), ("16-bit", ("f16", "bf16", "f32")),
+                   ("fp8", ("fp8",)), ("fp4", ("fp4",)), ("int8", ("int8",)), ("awq/gptq", ("awq", "gptq")),
+                   ("exllama", ("exl2", "exl3")), ("mlx", ("mlx-",)), ("gguf k-quant", ("_k",)),
+                   ("gguf legacy", ("q4_0", "q8_0", "q5_0", "q4_1")))
 
-    >>> format_family("Q4_K_M"), format_family("mxfp4-experts"), format_family("bf16")
-    ('gguf k-quant', 'fp4', '16-bit')
+
+def format_family(name: str) -> str:
+    """A weight format's family (:data:`FORMAT_FAMILIES`), by name; "other" for the rest.
+
+    >>> format_family("Q4_K_M"), format_family("mxfp4-experts"), format_family("bf16"), format_family("q4f16_1")
+    ('gguf k-quant', 'fp4', '16-bit', 'mlc int4')
     """
     lower = name.lower()
-    for family, marks in (("16-bit", ("f16", "bf16", "f32")), ("fp8", ("fp8",)), ("fp4", ("fp4",)),
-                          ("int8", ("int8",)), ("awq/gptq", ("awq", "gptq")), ("gguf k-quant", ("_k",)),
-                          ("gguf legacy", ("q4_0", "q8_0", "q5_0", "q4_1"))):
+    for family, marks in FORMAT_FAMILIES:
         if any(m in lower for m in marks):
             return family
     return "other"

@@ -329,8 +329,10 @@ def fit_record(problem: Problem, name: str) -> dict:
     # prior is kept, and its sitting on a bound says nothing; nor is an inherited one
     identified = free & np.any(np.abs(jac[:n]) > 0, axis=0)
     on_bound = identified & ((np.abs(log_theta - np.log(lower)) < 1e-3) | (np.abs(log_theta - np.log(upper)) < 1e-3))
+    # four significant digits, kept inside the box (a value on a bound must not round past it)
+    value = np.clip([float(f"{x:.4g}") for x in theta], lower, upper)
     return {"rows": n, "parameters": {
-        key: {"value": float(f"{theta[i]:.4g}"), "lower": float(lower[i]), "upper": float(upper[i]),
+        key: {"value": float(value[i]), "lower": float(lower[i]), "upper": float(upper[i]),
               "stderr": float(f"{theta[i] * log_se[i]:.3g}") if free[i] else None, "on_bound": bool(on_bound[i]),
               **({} if free[i] else {"inherited": True})}
         for i, key in enumerate(PARAMETER_NAMES)}}
