@@ -16,40 +16,65 @@ from tests.helpers import run
 
 
 def test_a_sparse_cell_leans_on_its_parent():
-    # regime: q50 = 0; dense models: 100 rows at q50 = 0; engine: 10 rows at q50 = 0.4; engine on a group: 2 rows
-    # at q50 = 1.0
-    cells = {"decode_b1": [-0.2, 0.0, 0.2, 100], "decode_b1|dense": [-0.2, 0.0, 0.2, 100],
-             "decode_b1|dense|vLLM": [0.2, 0.4, 0.6, 10], "decode_b1|dense|vLLM|desktop": [0.8, 1.0, 1.2, 2]}
-    q = shrunk_quantiles(cells, cell_path("decode_b1", False, "vLLM", "desktop", "cuda", "16-bit"), prior_rows=10)
+    # regime: q50 = 0 (100 rows from 30 sources); dense models: 80 rows; engine: 10 rows from 10 sources at
+    # q50 = 0.4; engine on a group: 2 rows from 2 sources at q50 = 1.0; prior 10 pseudo-sources
+    cells = {"decode_b1": [-0.2, 0.0, 0.2, 100, 30], "decode_b1|dense": [-0.2, 0.0, 0.2, 80, 25],
+             "decode_b1|dense|vLLM": [0.2, 0.4, 0.6, 10, 10], "decode_b1|dense|vLLM|desktop": [0.8, 1.0, 1.2, 2, 2]}
+    q = shrunk_quantiles(cells, cell_path("decode_b1", False, "vLLM", "desktop", "cuda", "16-bit"), prior_sources=10)
     # engine: (10 x 0.4 + 10 x 0.0) / 20 = 0.2; group: (2 x 1.0 + 10 x 0.2) / 12 = 1/3; no format or backend cell
     assert math.isclose(q[1], 1 / 3)
     assert math.isclose(q[0], (2 * 0.8 + 10 * 0.0) / 12)    # engine level: (10 x 0.2 + 10 x -0.2) / 20 = 0
     assert shrunk_quantiles(cells, cell_path("prefill", False, "vLLM", "desktop", "cuda", "16-bit"), 10) is None
 
 
+def test_a_cell_weighs_its_sources_not_its_rows():
+    # 300 rows at q50 = 0.5 from one campaign weigh one source: (1 x 0.5 + 10 x 0) / 11; the same shift spread
+    # over ten campaigns weighs ten
+    for sources, expected in ((1, 0.5 / 11), (10, 0.5 * 10 / 20)):
+        cells = {"prefill": [-0.3, 0.0, 0.3, 1000, 40], "prefill|dense": [-0.3, 0.0, 0.3, 700, 35],
+                 "prefill|dense|MLX": [0.3, 0.5, 0.7, 300, sources]}
+        q = shrunk_quantiles(cells, cell_path("prefill", False, "MLX", "unified", "metal", "mlx"), 10)
+        assert math.isclose(q[1], expected)
+
+
+def test_a_cell_with_its_parents_rows_adds_nothing():
+    # an engine seen on one device group and one backend: its group and backend cells hold the engine's very rows,
+    # so reading them must not shrink the band twice more towards the same residuals
+    engine = "decode_b1|dense|MLX"
+    cells = {"decode_b1": [-0.2, 0.0, 0.2, 500, 30], "decode_b1|dense": [-0.2, 0.0, 0.2, 400, 28],
+             engine: [0.2, 0.4, 0.6, 60, 4]}
+    deeper = {**cells, f"{engine}|unified": [0.2, 0.4, 0.6, 60, 4], f"{engine}|unified|mlx": [0.2, 0.4, 0.6, 60, 4],
+              f"{engine}|unified|mlx|metal": [0.2, 0.4, 0.6, 60, 4]}
+    path = cell_path("decode_b1", False, "MLX", "unified", "metal", "mlx")
+    assert math.isclose(shrunk_quantiles(cells, path, 10)[1], 4 * 0.4 / 14)
+    assert np.allclose(shrunk_quantiles(deeper, path, 10), shrunk_quantiles(cells, path, 10))
+
+
 def test_moe_models_read_their_own_cells():
-    # 30 MoE rows at q50 = 0.5 (predicted 1.65x too fast): an MoE row's median leans to them, a dense row's does not
-    cells = {"prefill": [-0.3, 0.1, 0.6, 130], "prefill|dense": [-0.3, 0.0, 0.3, 100],
-             "prefill|moe": [0.1, 0.5, 0.9, 30]}
+    # 30 MoE rows (8 sources) at q50 = 0.5 (predicted 1.65x too fast): an MoE row's median leans to them, a dense
+    # row's does not
+    cells = {"prefill": [-0.3, 0.1, 0.6, 130, 30], "prefill|dense": [-0.3, 0.0, 0.3, 100, 25],
+             "prefill|moe": [0.1, 0.5, 0.9, 30, 8]}
     dense = shrunk_quantiles(cells, cell_path("prefill", False, "llama.cpp", "desktop", "cuda", "gguf k-quant"), 10)
     moe = shrunk_quantiles(cells, cell_path("prefill", True, "llama.cpp", "desktop", "cuda", "gguf k-quant"), 10)
-    assert math.isclose(dense[1], (100 * 0.0 + 10 * 0.1) / 110)
-    assert math.isclose(moe[1], (30 * 0.5 + 10 * 0.1) / 40)
+    assert math.isclose(dense[1], (25 * 0.0 + 10 * 0.1) / 35)
+    assert math.isclose(moe[1], (8 * 0.5 + 10 * 0.1) / 18)
 
 
 def test_decode_and_prefill_cells_part_by_format_family():
-    # llama.cpp on desktop cards: 12 K-quant rows at q50 = 0.3 under the group's 40 rows at q50 = 0.1. A K-quant
-    # row of decode leans to its family, then to its backend's 5 rows at q50 = 0.6; max-throughput has no
-    # family level, so the same cells under it give the backend straight under the group.
+    # llama.cpp on desktop cards: K-quant rows (6 sources) at q50 = 0.3 under the group's (12 sources) at
+    # q50 = 0.1. A K-quant row of decode leans to its family, then to its backend's (5 sources) at q50 = 0.6;
+    # max-throughput has no family level, so the same cells under it give the backend straight under the group.
     for regime in ("decode_batched", "throughput"):
         engine = f"{regime}|dense|llama.cpp"
-        cells = {regime: [-0.2, 0.0, 0.2, 100], f"{regime}|dense": [-0.2, 0.0, 0.2, 100],
-                 engine: [-0.2, 0.0, 0.2, 60], f"{engine}|desktop": [-0.1, 0.1, 0.3, 40],
-                 f"{engine}|desktop|gguf k-quant": [0.1, 0.3, 0.5, 12],
-                 f"{engine}|desktop|gguf k-quant|cuda": [0.4, 0.6, 0.8, 5], f"{engine}|desktop|cuda": [0.4, 0.6, 0.8, 5]}
+        cells = {regime: [-0.2, 0.0, 0.2, 100, 30], f"{regime}|dense": [-0.2, 0.0, 0.2, 90, 28],
+                 engine: [-0.2, 0.0, 0.2, 60, 20], f"{engine}|desktop": [-0.1, 0.1, 0.3, 40, 12],
+                 f"{engine}|desktop|gguf k-quant": [0.1, 0.3, 0.5, 25, 6],
+                 f"{engine}|desktop|gguf k-quant|cuda": [0.4, 0.6, 0.8, 15, 5],
+                 f"{engine}|desktop|cuda": [0.4, 0.6, 0.8, 15, 5]}
         q = shrunk_quantiles(cells, cell_path(regime, False, "llama.cpp", "desktop", "cuda", "gguf k-quant"), 10)
-        group = (40 * 0.1 + 10 * 0.0) / 50
-        family = (12 * 0.3 + 10 * group) / 22
+        group = (12 * 0.1 + 10 * 0.0) / 22
+        family = (6 * 0.3 + 10 * group) / 16
         parent = family if regime == "decode_batched" else group
         assert math.isclose(q[1], (5 * 0.6 + 10 * parent) / 15)
 

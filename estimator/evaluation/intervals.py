@@ -5,10 +5,11 @@ engine × device group × (for decode and prefill) weight-format family × backe
 percentiles of log(measured / predicted speed) over held-out rows
 (:mod:`estimator.validation.interval_calibration`). A cell is read through its parents (the regime over all
 models and engines, then dense or MoE models, then the engine, then the engine on that device group, then
-that format family, then that backend), each level shrunk towards the one above with the weight of
-``prior_rows`` pseudo-rows, so a sparse cell leans on its parent instead of on a handful of rows
-(hierarchical shrinkage). The band around the median is
-widened by the stored factor ``k``, chosen on held-out sources to cover 80% of rows.
+that format family, then that backend), each level shrunk towards the one above (hierarchical shrinkage).
+A level weighs as many sources as its rows come from, against ``prior_sources`` pseudo-sources for its
+parent: rows of one campaign share its setup and its offset from the model, so a cell of 300 rows from
+one campaign says less about the next campaign than a cell of 30 rows from ten. The band around the
+median is widened by the stored factor ``k``, chosen on held-out sources to cover 80% of rows.
 
 Physics caps every interval: no upper speed beats the roofline at 100% of datasheet bandwidth and
 of the peak the estimate uses (``physical_limit`` columns), and no lower time undercuts it.
@@ -79,7 +80,7 @@ def shipped_band(stored: dict, regime: str, moe: bool, family: str, engine: str,
     """Low and high ratio measured / predicted of one cell path, shrunk and widened; None when the regime has no
     rows."""
     q = shrunk_quantiles(stored["cells"], cell_path(regime, moe, engine, group, backend, family),
-                         stored["prior_rows"])
+                         stored["prior_sources"])
     return None if q is None else band(q, widening_for(stored, regime))
 
 
@@ -118,21 +119,26 @@ def cell_key(cell: tuple[str, ...]) -> str:
     return "|".join(cell)
 
 
-def shrunk_quantiles(cells: dict, path: list[tuple[str, ...]], prior_rows: float):
+def shrunk_quantiles(cells: dict, path: list[tuple[str, ...]], prior_sources: float):
     """Quantiles (q10, q50, q90) of the deepest cell on ``path``, each level shrunk towards its parent.
 
-    ``cells`` maps a cell key to [q10, q50, q90, rows]. None when the regime has no rows at all.
+    ``cells`` maps a cell key to [q10, q50, q90, rows, sources]. A level weighs its number of sources
+    against ``prior_sources`` for the parent; a level with its parent's rows (a nested cell that holds
+    them all) adds no evidence and is passed over, so it cannot pull the band further from the parent.
+    None when the regime has no rows at all.
     """
     top = cells.get(cell_key(path[0]))
     if top is None:
         return None
-    q = np.array(top[:3], dtype=float)
+    q, rows_above = np.array(top[:3], dtype=float), top[3]
     for cell in path[1:]:
         entry = cells.get(cell_key(cell))
         if entry is None:
             break
-        n = float(entry[3])
-        q = (n * np.array(entry[:3], dtype=float) + prior_rows * q) / (n + prior_rows)
+        if entry[3] == rows_above:
+            continue
+        rows_above, sources = entry[3], float(entry[4])
+        q = (sources * np.array(entry[:3], dtype=float) + prior_sources * q) / (sources + prior_sources)
     return q
 
 

@@ -2,9 +2,9 @@
 
 Residuals are log(measured / predicted speed) of leave-one-source-out predictions (time metrics
 inverted), so each comes from a fit that never saw its row. A table of cells (regime, engine, device
-group, backend; see :mod:`estimator.evaluation.intervals`) holds their 10th, 50th and 90th
-percentiles; a row's band is read through its cells with hierarchical shrinkage and widened by a
-factor ``k`` per phase, capped by the physical roofline.
+group, format family, backend; see :mod:`estimator.evaluation.intervals`) holds their 10th, 50th and 90th
+percentiles, rows and sources; a row's band is read through its cells with hierarchical shrinkage (each
+cell weighed by its sources) and widened by a factor ``k`` per phase, capped by the physical roofline.
 
 ``k`` is chosen by inner folds of one source each: each training source's rows are judged against
 a table built from the other training sources, and ``k`` is the smallest value on a grid whose
@@ -25,7 +25,11 @@ from estimator.evaluation.intervals import cell_key, shrunk_quantiles
 
 TARGET_COVERAGE = 0.80
 LEVELS = (0.10, 0.50, 0.90)
-PRIOR_ROWS = 10.0          # pseudo-rows a cell borrows from its parent (hierarchical shrinkage)
+# Pseudo-sources a cell borrows from its parent (hierarchical shrinkage, cells weighed by their sources):
+# chosen among 8, 10, 15, 20 and 30, and against weighing rows (10 pseudo-rows, or up to 1.5, 2 or 3 rows
+# per source), on the held-out figures: 10 gave the narrowest decode and prefill bands at 78% and 82%
+# coverage (docs/architecture.md, "Cells part where the errors do").
+PRIOR_SOURCES = 10.0
 MIN_CELL_ROWS = 3          # fewer rows than this: the cell is its parent
 WIDENING_GRID = np.round(np.arange(0.8, 4.01, 0.05), 2)
 
@@ -42,12 +46,13 @@ class Residuals:
 
 
 def build_cells(r: Residuals, mask: np.ndarray) -> dict:
-    """Percentiles of the residuals in every cell with enough rows among ``mask``."""
+    """Percentiles of the residuals, rows and sources in every cell with enough rows among ``mask``."""
     groups: dict[str, list[int]] = {}
     for i in np.flatnonzero(mask & np.isfinite(r.log_ratio)):
         for cell in r.paths[i]:
             groups.setdefault(cell_key(cell), []).append(i)
-    return {key: [*(round(float(v), 5) for v in np.quantile(r.log_ratio[idx], LEVELS)), len(idx)]
+    return {key: [*(round(float(v), 5) for v in np.quantile(r.log_ratio[idx], LEVELS)), len(idx),
+                  len(set(r.sources[idx]))]
             for key, idx in groups.items() if len(idx) >= MIN_CELL_ROWS}
 
 
@@ -64,7 +69,7 @@ def log_bands(r: Residuals, cells: dict, rows: np.ndarray, widening, grid: bool 
 
 
 def _quantiles(cells: dict, path) -> np.ndarray:
-    q = shrunk_quantiles(cells, path, PRIOR_ROWS)
+    q = shrunk_quantiles(cells, path, PRIOR_SOURCES)
     return np.full(3, np.nan) if q is None else q
 
 
@@ -120,4 +125,4 @@ def shipped_table(r: Residuals) -> dict:
     """The table every estimate reads: cells from all held-out residuals, k chosen over inner folds."""
     everything = np.isfinite(r.log_ratio)
     return {"cells": build_cells(r, everything), "widening_by_phase": choose_widening(r, everything),
-            "prior_rows": PRIOR_ROWS, "levels": list(LEVELS)}
+            "prior_sources": PRIOR_SOURCES, "levels": list(LEVELS)}
