@@ -104,10 +104,10 @@ def cell_path(regime: str, moe: bool, engine: str, group: str, backend: str, fam
     In decode and prefill (:data:`FORMAT_REGIMES`) the weight-format ``family``
     (:func:`~estimator.specs.formats.format_family`) parts an engine's rows on a device group before the
     backend does: a format has kernels of its own (a dequantizing GEMV, a quantized-matmul prompt kernel),
-    whose share of the roofline differs from the next format's. Held out, the split narrowed the median
-    80% band from 1.82x to 1.69x (decode) and from 2.85x to 2.32x (prefill) at 78% and 81% coverage. In
-    max-throughput it widened the band from 1.74x to 2.24x (its FP4 rows differ more between publishers
-    than all formats do pooled), so there the family is no level."""
+    whose share of the roofline differs from the next format's. Held out, when it came in (2,840 rows, cells
+    weighed by rows), the split narrowed the median 80% band from 1.82x to 1.69x (decode) and from 2.85x to
+    2.32x (prefill) at 78% and 81% coverage. In max-throughput it widened the band from 1.74x to 2.24x (its
+    FP4 rows differ more between publishers than all formats do pooled), so there the family is no level."""
     kind = model_type(moe)
     top = [(regime,), (regime, kind), (regime, kind, engine), (regime, kind, engine, group)]
     if regime in FORMAT_REGIMES:
