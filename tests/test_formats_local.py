@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from estimator.errors import UnknownNameError
-from estimator.specs.formats import WEIGHT_FORMATS, weight_format
+from estimator.specs.formats import WEIGHT_FORMATS, format_family, weight_format
 
 
 @pytest.mark.parametrize("name, bits", [
@@ -64,6 +64,24 @@ def test_hqq_bits_include_an_fp16_scale_and_zero_per_group(name, bits, group):
 def test_every_listed_format_states_its_source():
     for fmt in WEIGHT_FORMATS:
         assert len(fmt.basis) > 20, fmt.name
+
+
+def test_mlc_formats_count_their_scales_and_quantized_head():
+    # q4f16_1: int4 + an fp16 scale per 32 everywhere, head and embedding included; q4f16_ft: one fp16 scale per
+    # output channel over 4,096 inputs on the linear layers, the head and embedding at q4f16_1's 4.5 bits
+    group = weight_format("q4f16_1")
+    assert group.linear_bits == group.head_bits == group.embedding_bits == 4.5
+    ft = weight_format("mlc-q4f16_ft")
+    assert ft.linear_bits == 4 + 16 / 4096 and ft.head_bits == ft.embedding_bits == 4.5
+
+
+def test_no_quantized_format_falls_in_the_16_bit_family():
+    # a name's marks choose the family whose kernels run it: MLC's q4f16_1 names its fp16 math, not its storage
+    for fmt in WEIGHT_FORMATS:
+        family = format_family(fmt.name)
+        assert (family == "16-bit") == (fmt.linear_bits >= 16), (fmt.name, family)
+    for name in ("exl2-4.65bpw", "mlx-q4-g32"):
+        assert format_family(weight_format(name).name) in ("exllama", "mlx")
 
 
 def test_existing_formats_keep_their_bits_by_part():
