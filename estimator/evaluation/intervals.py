@@ -159,15 +159,14 @@ def estimate_regimes(batch: float, under_load: bool) -> tuple[str, str]:
     return ("decode_b1" if batch <= 1 else "decode_batched"), "prefill"
 
 
-def low_ratios(moe: bool, family: str, engine: str, vendor: str, device_class: str, batch: float, under_load: bool):
-    """The pessimistic ends (measured / predicted) of the decode and prefill intervals; None where none."""
+def serving_low_ratio(moe: bool, engine: str, vendor: str, device_class: str) -> float | None:
+    """The pessimistic end (measured / predicted) of the serving interval, which every latency under a load
+    falls in (decode and prefill alike); None where none. Serving cells have no format level
+    (:data:`FORMAT_REGIMES`), so no format is asked."""
     stored = _shipped()
-    if stored is None:
-        return None, None
-    group, backend = GROUP_OF_CLASS[device_class], default_backend(vendor, device_class)
-    bands = [shipped_band(stored, regime, moe, family, engine, group, backend)
-             for regime in estimate_regimes(batch, under_load)]
-    return tuple(None if found is None else found[0] for found in bands)
+    found = stored and shipped_band(stored, "serving", moe, "", engine, GROUP_OF_CLASS[device_class],
+                                    default_backend(vendor, device_class))
+    return found[0] if found else None
 
 
 def interval_columns(results: dict, limit: dict, moe: bool, family: str, engine: str, vendor: str,
