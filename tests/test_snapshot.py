@@ -2,8 +2,8 @@
 
 A guard against unintended behaviour changes (a refactor must leave every number as it was).
 The cases span dense and MoE models (GQA, MLA, sliding windows), every device class, formats,
-layouts, serving options and engines, plus a few that are refused. Numbers must agree to a
-relative 1e-12.
+layouts, serving options and engines, plus a few that are refused. Estimates must agree to a
+relative 1e-12, the validation headline (iterative fits) to 1e-9.
 
 Regenerate only in a commit that says why the numbers moved:
 ``ROOFLINE_WRITE_SNAPSHOT=1 python -m pytest tests/test_snapshot.py``.
@@ -114,19 +114,19 @@ def _headline(validation) -> dict:
     return headline(validation)
 
 
-def _assert_same(new, old, path="") -> None:
+def _assert_same(new, old, path="", rel_tol=1e-12) -> None:
     if isinstance(old, float) or isinstance(new, float):
         assert isinstance(new, (int, float)) and isinstance(old, (int, float)), f"{path}: {new!r} vs {old!r}"
-        assert math.isclose(new, old, rel_tol=1e-12, abs_tol=0.0), f"{path}: {new!r} != {old!r}"
+        assert math.isclose(new, old, rel_tol=rel_tol, abs_tol=0.0), f"{path}: {new!r} != {old!r}"
     elif isinstance(old, dict):
         assert isinstance(new, dict) and new.keys() == old.keys(), \
             f"{path}: keys differ: {sorted(set(new) ^ set(old)) if isinstance(new, dict) else new!r}"
         for key in old:
-            _assert_same(new[key], old[key], f"{path}.{key}")
+            _assert_same(new[key], old[key], f"{path}.{key}", rel_tol)
     elif isinstance(old, list):
         assert isinstance(new, list) and len(new) == len(old), f"{path}: {new!r} vs {old!r}"
         for i, (a, b) in enumerate(zip(new, old)):
-            _assert_same(a, b, f"{path}[{i}]")
+            _assert_same(a, b, f"{path}[{i}]", rel_tol)
     else:
         assert new == old, f"{path}: {new!r} != {old!r}"
 
@@ -152,4 +152,6 @@ def test_estimate_matches_snapshot(snapshot, index):
 
 
 def test_validation_headline_matches_snapshot(snapshot, published_validation):
-    _assert_same(_headline(published_validation), snapshot["headline"], "headline")
+    """To 1e-9: the headline rests on hundreds of iterative least-squares fits, whose last digits differ between
+    CPUs (2e-12 of the decode median between two x86-64 machines); a change in behaviour moves it by far more."""
+    _assert_same(_headline(published_validation), snapshot["headline"], "headline", rel_tol=1e-9)

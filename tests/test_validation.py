@@ -357,6 +357,17 @@ def test_a_backend_variant_keeps_its_engines_kv_product(problem):
     assert "inherited" not in fit_record(problem, "gpt-fast")["parameters"]["kv_bandwidth_datacenter"]
 
 
+def test_a_parameter_no_row_depends_on_is_marked_unidentified(problem):
+    """gpt-fast's rows are dense decodes on datacenter cards: its MoE tile and its FP4 share move no prediction, so
+    its record calls them unidentified, with no standard error, while its datacenter bandwidth has one."""
+    from estimator.validation.fitting import fit_record
+    record = fit_record(problem, "gpt-fast")["parameters"]
+    for name in ("expert_tile_tokens", "fp4_compute_scale"):
+        assert record[name]["identified"] is False and record[name]["stderr"] is None
+        assert not record[name]["on_bound"]
+    assert "identified" not in record["bandwidth_datacenter"] and record["bandwidth_datacenter"]["stderr"] > 0
+
+
 def test_published_context_sweep_reads_the_kv_cache_slower_than_the_weights(dataset):
     """llama-bench on a DGX Spark (273 GB/s), Qwen2.5-Coder-7B Q8_0, tg32: 29.30 tok/s at depth 0, 22.70 at 32,768.
     The extra time per token, 1/22.70 - 1/29.30 = 9.92 ms, reads 32,768 tokens x 57,344 B (28 layers x 4 KV heads

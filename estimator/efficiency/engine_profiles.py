@@ -34,6 +34,8 @@ class FittedParameter(Frozen):
     on_bound: bool = Field(description="True when the fit ended on a bound: a mechanism is missing")
     inherited: bool = Field(default=False, description="held at the parent engine's fitted value, not fitted "
                                                        "(a backend variant's KV-cache product)")
+    identified: bool = Field(default=True, description="False: no row depends on it, so the prior and the pull "
+                                                       "between device groups set it (no standard error)")
 
 
 class FitRecord(Frozen):

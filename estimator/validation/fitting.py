@@ -325,14 +325,16 @@ def fit_record(problem: Problem, name: str) -> dict:
     except np.linalg.LinAlgError:
         log_se = np.full(len(PRIOR), np.nan)
     theta = np.exp(log_theta)
-    # a parameter no row depends on (expert kernels for an engine without MoE rows) is not fitted: its
-    # prior is kept, and its sitting on a bound says nothing; nor is an inherited one
+    # A parameter no row depends on (expert kernels for an engine without MoE rows, compute on a group it has
+    # no rows on) is set by the prior and the pull between groups alone: it has no standard error, and its
+    # sitting on a bound says nothing; nor has an inherited one.
     identified = free & np.any(np.abs(jac[:n]) > 0, axis=0)
     on_bound = identified & ((np.abs(log_theta - np.log(lower)) < 1e-3) | (np.abs(log_theta - np.log(upper)) < 1e-3))
     # four significant digits, kept inside the box (a value on a bound must not round past it)
     value = np.clip([float(f"{x:.4g}") for x in theta], lower, upper)
     return {"rows": n, "parameters": {
         key: {"value": float(value[i]), "lower": float(lower[i]), "upper": float(upper[i]),
-              "stderr": float(f"{theta[i] * log_se[i]:.3g}") if free[i] else None, "on_bound": bool(on_bound[i]),
-              **({} if free[i] else {"inherited": True})}
+              "stderr": float(f"{theta[i] * log_se[i]:.3g}") if identified[i] else None,
+              "on_bound": bool(on_bound[i]),
+              **({"inherited": True} if not free[i] else {} if identified[i] else {"identified": False})}
         for i, key in enumerate(PARAMETER_NAMES)}}
