@@ -21,6 +21,7 @@ from estimator.efficiency.defaults import EngineDefaults
 from estimator.errors import DatabaseError, UnknownNameError
 from estimator.specs.database import normalize
 from estimator.specs.formats import WeightFormat
+from estimator.specs.model import ModelSpec
 from estimator.specs.sourced import Frozen
 
 
@@ -89,6 +90,10 @@ class EngineProfile(Frozen):
     compute_dtypes: list[str] | None = Field(
         default=None, description="the math dtypes the engine's kernels use; a format whose preferred compute "
                                   "dtype is not among them falls back to the next it allows (None: any)")
+    full_cache_architectures: list[str] = Field(
+        default_factory=list, description="model architectures (config.json model_type) whose implementation in "
+                                          "this engine gives every layer the whole KV cache: their sliding windows "
+                                          "bound neither the cache nor its reads")
     fit: FitRecord | None = None
     notes: str | None = None
 
@@ -100,6 +105,14 @@ class EngineProfile(Frozen):
         if "fp32" in self.compute_dtypes and "fp32" not in usable:   # every device has an fp32 peak
             usable += ("fp32",)
         return fmt if usable == fmt.compute_dtypes else fmt.model_copy(update={"compute_dtypes": usable})
+
+    def runs_model(self, model: ModelSpec) -> ModelSpec:
+        """The model as this engine runs it: without its sliding windows where the engine's implementation of its
+        architecture keeps every layer's whole cache (``full_cache_architectures``; docs/formulas.md §9)."""
+        if model.architecture not in self.full_cache_architectures or not model.shape.sliding_window:
+            return model
+        return model.model_copy(update={"shape": model.shape.model_copy(
+            update={"sliding_window": None, "num_local_layers": 0, "num_kv_shared_local_layers": 0})})
 
     def on_backend(self, backend: str) -> "EngineProfile":
         """The profile as it runs on ``backend``: ``name@backend`` with that variant's parameters.

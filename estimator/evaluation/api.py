@@ -142,9 +142,10 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     [165, 389]
     """
     db = db or load_database()
-    model_specs = [resolve_model(m, db).require_modelled() for m in models]   # refuse mechanisms not modelled
-    devices = [resolve_hardware(g, db) for g in gpus]
     profile_engine = resolve_engine(engine)
+    # refuse mechanisms not modelled; each model as the engine runs it
+    model_specs = [profile_engine.runs_model(resolve_model(m, db).require_modelled()) for m in models]
+    devices = [resolve_hardware(g, db) for g in gpus]
     fmts = [profile_engine.runs(resolve_weight_format(f)) for f in weight_formats]
     kvs = [resolve_kv_format(k) for k in kv_formats]
     layout_specs = [as_layout(v) for v in layouts]
@@ -178,7 +179,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         host = effective_rates(hardware_columns([cpu]), f_columns, values_on_axis(host_peaks[:, 0], 2), parameters)
     draft = None
     if serving.draft_model is not None:
-        draft = model_columns([resolve_model(serving.draft_model, db).require_modelled()])
+        draft = model_columns([profile_engine.runs_model(resolve_model(serving.draft_model, db).require_modelled())])
     hw_columns = hardware_columns(devices, physical_limit)
     for i, device in enumerate(devices):
         profile = None if physical_limit else (calibrations or {}).get(device.name)
@@ -411,6 +412,10 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     if row.get("saturated"):
         warnings.append(f"saturated: the load exceeds what this configuration serves; about "
                         f"{row['max_rate']:.2f} requests/s at most (whole-prompt prefill, KV-cache bound)")
+    if profile_engine.runs_model(spec) is not spec:
+        warnings.append(f"{profile_engine.name} gives every layer of {spec.architecture} models the whole KV cache: "
+                        f"{spec.name}'s {spec.shape.sliding_window}-token sliding window bounds neither its cache nor "
+                        "its reads (docs/formulas.md §9)")
     if prompt_tokens + output_tokens > spec.shape.max_context:
         warnings.append(f"prompt + output = {prompt_tokens + output_tokens} tokens exceeds {spec.name}'s "
                         f"maximum context of {spec.shape.max_context}")

@@ -219,6 +219,7 @@ def spec_from_config(cfg: dict, name: str, source: str) -> ModelSpec:
             raise
         raise ConfigurationError(f"{source}: {unmodelled_message(name, mechanisms)}") from None
     return ModelSpec(name=name, hf_id=name, family=str(text.get("model_type", "unknown")),
+                     architecture=str(cfg["model_type"]) if cfg.get("model_type") else None,
                      config_source=source, shape=shape, unmodelled_mechanisms=mechanisms)
 
 

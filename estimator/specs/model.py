@@ -223,6 +223,9 @@ class ModelSpec(Frozen):
     hf_id: str
     aliases: list[str] = Field(default_factory=list)
     family: str
+    architecture: str | None = Field(
+        default=None, description="the config.json's model_type (gemma2, llama ...): which implementation an engine "
+                                  "runs, where engines differ by it; None where not recorded")
     config_source: str = Field(min_length=8, description="URL of the config.json the shapes are copied from")
     published_params: PublishedParams | None = None
     shape: Shape

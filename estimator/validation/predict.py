@@ -153,6 +153,7 @@ def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None
             raise ConfigurationError(f"column {key!r} is empty")
     hardware = hardware or hardware_of_row(row, db)
     model = _resolve(lambda n: resolve_model(n, db), _cell(row, "model")).require_modelled()
+    model = engine.runs_model(model) if engine else model
     fmt = _resolve(weight_format, _cell(row, "weight_format"))
     layout = layout_of_row(row, model, hardware, engine)
     check_layout(model, layout)
