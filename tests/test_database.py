@@ -159,3 +159,18 @@ def test_misplaced_key_fails_loudly(tmp_path):
 def test_missing_user_folder_is_a_clear_error(tmp_path):
     with pytest.raises(DatabaseError, match="does not exist"):
         load_database([tmp_path / "nope"])
+
+
+def test_libyaml_reads_every_shipped_file_as_the_python_parser_does():
+    """The databases are parsed by libyaml where PyYAML has it (load_yaml): each shipped YAML file must give the
+    same document as the pure-Python safe loader, or an estimate would change with how PyYAML was built."""
+    from pathlib import Path
+
+    from estimator.errors import load_yaml
+    root = Path(__file__).parents[1]
+    files = [p for folder in ("hardware_db", "models_db", "engines_db", "estimator")
+             for p in (root / folder).rglob("*.yaml")]
+    assert len(files) >= 200
+    for path in files:
+        text = path.read_text()
+        assert load_yaml(text) == yaml.safe_load(text), path.name

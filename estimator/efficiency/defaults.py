@@ -18,9 +18,9 @@ from importlib import resources
 from typing import Annotated
 
 import numpy as np
-import yaml
 from pydantic import Field
 
+from estimator.errors import load_yaml
 from estimator.specs.hardware import DeviceClass, Hardware, MemoryType
 from estimator.specs.sourced import Frozen
 from estimator.units import GiB
@@ -238,7 +238,7 @@ _GDDR_TYPES = {MemoryType.GDDR5, MemoryType.GDDR5X, MemoryType.GDDR6, MemoryType
 @lru_cache(maxsize=1)
 def matmul_ceilings() -> dict[str, float]:
     """Measured best-GEMM fractions of the dense peak by device name (matmul_ceilings.yaml, with its source)."""
-    doc = yaml.safe_load(resources.files("estimator.efficiency").joinpath("matmul_ceilings.yaml").read_text())
+    doc = load_yaml(resources.files("estimator.efficiency").joinpath("matmul_ceilings.yaml").read_text())
     return {name: float(entry[0]) for name, entry in doc["devices"].items()}
 
 

@@ -18,7 +18,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from estimator.efficiency.defaults import EngineDefaults
-from estimator.errors import DatabaseError, UnknownNameError
+from estimator.errors import DatabaseError, UnknownNameError, load_yaml
 from estimator.specs.database import normalize
 from estimator.specs.formats import WeightFormat
 from estimator.specs.model import ModelSpec
@@ -138,7 +138,7 @@ INTERVALS_FILE = "_intervals.yaml"   # written by `roofline validate --published
 def load_intervals() -> dict | None:
     """The calibrated prediction intervals, when a validation run has written them."""
     path = resources.files("engines_db").joinpath(INTERVALS_FILE)
-    return yaml.safe_load(path.read_text()) if path.is_file() else None
+    return load_yaml(path.read_text()) if path.is_file() else None
 
 
 @lru_cache(maxsize=1)
@@ -148,7 +148,7 @@ def load_engines() -> tuple[EngineProfile, ...]:
     for path in sorted(p for p in resources.files("engines_db").iterdir()
                        if p.name.endswith(".yaml") and not p.name.startswith("_")):
         try:
-            profiles.append(EngineProfile.model_validate(yaml.safe_load(path.read_text())))
+            profiles.append(EngineProfile.model_validate(load_yaml(path.read_text())))
         except (yaml.YAMLError, ValidationError) as exc:
             raise DatabaseError(f"engines_db/{path.name}: invalid engine profile:\n{exc}") from None
     return tuple(sorted(profiles, key=lambda p: p.name == "generic"))

@@ -27,9 +27,8 @@ from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
-import yaml
 
-from estimator.errors import ConfigurationError, DatabaseError, read_text
+from estimator.errors import ConfigurationError, DatabaseError, load_yaml, read_text
 
 PRESETS_FILE = "length_presets.yaml"
 QUANTILE_POINTS = 24            # per length of a preset: 24 x 24 = 576 (prompt, output) pairs
@@ -154,7 +153,7 @@ def lognormal_sigma(part: dict) -> float:
 @lru_cache(maxsize=1)
 def load_presets() -> dict:
     """The presets' published statistics, checked: a source, a median, and a larger mean, p90 or p99."""
-    doc = yaml.safe_load(resources.files("estimator.serving").joinpath(PRESETS_FILE).read_text())
+    doc = load_yaml(resources.files("estimator.serving").joinpath(PRESETS_FILE).read_text())
     for name, entry in doc.items():
         for key in ("prompt", "output"):
             part = entry.get(key) or {}

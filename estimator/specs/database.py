@@ -22,7 +22,14 @@ from typing import Generic, Iterable, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from estimator.errors import DatabaseError, UnknownNameError, describe_validation_error, parse_yaml, read_text
+from estimator.errors import (
+    DatabaseError,
+    UnknownNameError,
+    describe_validation_error,
+    load_yaml,
+    parse_yaml,
+    read_text,
+)
 from estimator.specs.hardware import Hardware
 from estimator.specs.model import ModelSpec
 
@@ -273,7 +280,7 @@ def _load(folders: tuple[str, ...]) -> Database:
     for package in ("hardware_db", "models_db"):
         for origin, text in _builtin_files(package):
             try:
-                data = yaml.safe_load(text)
+                data = load_yaml(text)
             except yaml.YAMLError as exc:
                 raise DatabaseError(f"{origin}: not valid YAML: {exc}") from None
             _add(db, data, origin, builtin=True)
