@@ -3,7 +3,7 @@
 A guard against unintended behaviour changes (a refactor must leave every number as it was).
 The cases span dense and MoE models (GQA, MLA, sliding windows), every device class, formats,
 layouts, serving options and engines, plus a few that are refused. Estimates must agree to a
-relative 1e-12, the validation headline (iterative fits) to 1e-9.
+relative 1e-12, the validation headline (iterative fits) to 1e-5.
 
 Regenerate only in a commit that says why the numbers moved:
 ``ROOFLINE_WRITE_SNAPSHOT=1 python -m pytest tests/test_snapshot.py``.
@@ -152,6 +152,7 @@ def test_estimate_matches_snapshot(snapshot, index):
 
 
 def test_validation_headline_matches_snapshot(snapshot, published_validation):
-    """To 1e-9: the headline rests on hundreds of iterative least-squares fits, whose last digits differ between
-    CPUs (2e-12 of the decode median between two x86-64 machines); a change in behaviour moves it by far more."""
-    _assert_same(_headline(published_validation), snapshot["headline"], "headline", rel_tol=1e-9)
+    """To 1e-5: the headline rests on hundreds of least-squares fits, which stop at their tolerances, so CPUs that
+    round differently (numpy's SIMD reductions) land a few millionths apart (two x86-64 machines: 2e-12 of the
+    decode median, 2e-6 of the decode interval's width); a change in behaviour moves it by far more."""
+    _assert_same(_headline(published_validation), snapshot["headline"], "headline", rel_tol=1e-5)
