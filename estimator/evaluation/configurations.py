@@ -91,8 +91,10 @@ class ConfigurationColumns:
                    np.array([c.output_tokens for c in configs], dtype=float),
                    {k: np.array([x[k] for x in layouts], dtype=float) for k in layouts[0]})
 
-    def results(self, serving: ServingOptions, parameters: EngineDefaults,
-                batch: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    def results(self, serving: ServingOptions, parameters: EngineDefaults, batch: np.ndarray | None = None,
+                serving_columns: dict | None = None) -> dict[str, np.ndarray]:
+        """Every result column; ``serving_columns`` (rows' own prefix, attention, micro-batch:
+        :meth:`ServingOptions.stacked_columns`) replace ``serving``'s own."""
         f = {k: v[self.format_index] for k, v in format_columns(self.formats, parameters).items()}
         host = None
         if serving.cpu_moe != 0:   # experts on the host CPU: its rates with this engine and format, as in sweep()
@@ -102,7 +104,8 @@ class ConfigurationColumns:
         return compute_results(m=self.m, hw=self.hw, f=f, kv=self.kv, host=host,
                                peak_linear_flops_per_s=self.peak_linear_flops_per_s,
                                B=self.batch if batch is None else batch, T=self.prompt_tokens, O=self.output_tokens,
-                               layout=self.layout, serving=serving.columns(), engine=parameters)
+                               layout=self.layout, serving=serving.columns() if serving_columns is None
+                               else serving_columns, engine=parameters)
 
 
 def results_for_configurations(configs: Sequence[Configuration], serving: ServingOptions | None = None,

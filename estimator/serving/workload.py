@@ -158,6 +158,12 @@ def check_layout(model: ModelSpec, layout: Layout) -> None:
                 "(experts are split within the tensor-parallel group)")
 
 
+# Options that enter an evaluation only as numbers on its columns, never in its control flow (field: column): rows
+# that differ in these alone are evaluated in one vectorized call, as predict groups a dataset's rows and a fit
+# evaluates them hundreds of times.
+PER_ROW_COLUMNS = {"prefix_tokens": "prefix_tokens", "attention": "fused_attention", "ubatch_tokens": "ubatch_tokens"}
+
+
 class ServingOptions(BaseModel):
     """How the engine manages the KV cache and attention (:mod:`estimator.physics.kvcache`)."""
 
@@ -243,6 +249,19 @@ class ServingOptions(BaseModel):
                 "prefix_hit_rate": self.prefix_hit_rate,
                 "length_mix": length_mix(self.lengths) if self.lengths else None, "expert_skew": self.expert_skew,
                 "kv_tier": TIERS[self.kv_offload], "kv_tier_bytes": self.kv_offload_gib * GiB}
+
+    def shared(self) -> "ServingOptions":
+        """These options with the per-row ones (``PER_ROW_COLUMNS``) at their defaults: what rows evaluated in one
+        call have in common."""
+        return self.model_copy(update={name: type(self).model_fields[name].default for name in PER_ROW_COLUMNS})
+
+    @staticmethod
+    def stacked_columns(options: list["ServingOptions"]) -> dict:
+        """The columns of rows whose options differ only in ``PER_ROW_COLUMNS``: those as one array, a value per
+        row; the rest as any one row's."""
+        columns = options[0].columns()
+        by_row = [o.columns() for o in options]
+        return {**columns, **{key: np.array([c[key] for c in by_row]) for key in PER_ROW_COLUMNS.values()}}
 
     def check(self, prompts: Iterable[int], models: Iterable[ModelSpec] = (), layouts: Iterable[Layout] = ()) -> None:
         """Reject combinations that cannot run, saying what would."""

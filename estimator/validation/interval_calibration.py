@@ -17,7 +17,7 @@ sources only (a nested loop; no refits, since the residuals are already held out
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,17 +43,37 @@ class Residuals:
     paths: list                # cell path per row, most general first
     phases: np.ndarray         # decode, prefill, throughput or serving: k is chosen per phase
     sources: np.ndarray
+    # every cell's rows (finite residuals, in row order) and its entry over all of them: built once
+    _cells: dict | None = field(default=None, init=False, repr=False, compare=False)
+
+    def cell_rows(self) -> dict[str, tuple[np.ndarray, list]]:
+        """Each cell's rows and its table entry over all of them (computed on first use)."""
+        if self._cells is None:
+            groups: dict[str, list[int]] = {}
+            for i in np.flatnonzero(np.isfinite(self.log_ratio)):
+                for cell in self.paths[i]:
+                    groups.setdefault(cell_key(cell), []).append(i)
+            self._cells = {key: (np.array(idx), _entry(self, np.array(idx))) for key, idx in groups.items()}
+        return self._cells
+
+
+def _entry(r: Residuals, idx: np.ndarray) -> list:
+    """A cell's 10th, 50th and 90th percentiles, rows and sources."""
+    return [*(round(float(v), 5) for v in np.quantile(r.log_ratio[idx], LEVELS)), len(idx), len(set(r.sources[idx]))]
 
 
 def build_cells(r: Residuals, mask: np.ndarray) -> dict:
-    """Percentiles of the residuals, rows and sources in every cell with enough rows among ``mask``."""
-    groups: dict[str, list[int]] = {}
-    for i in np.flatnonzero(mask & np.isfinite(r.log_ratio)):
-        for cell in r.paths[i]:
-            groups.setdefault(cell_key(cell), []).append(i)
-    return {key: [*(round(float(v), 5) for v in np.quantile(r.log_ratio[idx], LEVELS)), len(idx),
-                  len(set(r.sources[idx]))]
-            for key, idx in groups.items() if len(idx) >= MIN_CELL_ROWS}
+    """Percentiles of the residuals, rows and sources in every cell with enough rows among ``mask``.
+
+    The nested leave-one-source-out loops build thousands of tables, each leaving out a source or two: a cell
+    none of whose rows ``mask`` drops keeps its entry over all rows, computed once.
+    """
+    table = {}
+    for key, (idx, whole) in r.cell_rows().items():
+        kept = idx[mask[idx]]
+        if len(kept) >= MIN_CELL_ROWS:
+            table[key] = whole if len(kept) == len(idx) else _entry(r, kept)
+    return table
 
 
 def log_bands(r: Residuals, cells: dict, rows: np.ndarray, widening, grid: bool = False):

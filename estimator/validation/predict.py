@@ -318,15 +318,16 @@ def predicted_array(resolved: Resolved, parameters: dict[str, EngineDefaults] | 
 
 def _evaluated_groups(resolved: Resolved, parameters, physical_limit: bool):
     """(row indices, result columns, batch used) per group of rows sharing an engine and serving options."""
-    for (name, serving), (idx, prepared, batch) in _prepared_groups(resolved, physical_limit).items():
+    for (name, serving), (idx, prepared, batch, columns) in _prepared_groups(resolved, physical_limit).items():
         profile = engine(name)
         params = PHYSICAL_LIMIT if physical_limit else \
             (parameters or {}).get(name, profile.parameters)
-        yield idx, prepared.results(serving, params, batch), batch
+        yield idx, prepared.results(serving, params, batch, columns), batch
 
 
 def _prepared_groups(resolved: Resolved, physical_limit: bool) -> dict:
-    """Rows grouped by (engine, serving), as columns, with the batch each is evaluated at (cached).
+    """Rows grouped by engine and the serving options they share (:meth:`ServingOptions.shared`; each row keeps
+    its own prefix, attention and micro-batch), as columns, with the batch each is evaluated at (cached).
 
     An offline row (no batch, no load) runs at the largest batch whose KV cache fits, which depends on
     memory only, never on the engine's efficiencies.
@@ -334,17 +335,18 @@ def _prepared_groups(resolved: Resolved, physical_limit: bool) -> dict:
     key = ("physical" if physical_limit else "engine")
     if key not in resolved.cache:
         groups = {}
-        keys = list(zip(resolved.engines, resolved.serving))
+        keys = [(name, serving.shared()) for name, serving in zip(resolved.engines, resolved.serving)]
         for group in dict.fromkeys(keys):
             idx = [i for i, k in enumerate(keys) if k == group]
             prepared = ConfigurationColumns.of([resolved.configs[i] for i in idx], physical_limit)
+            columns = ServingOptions.stacked_columns([resolved.serving[i] for i in idx])
             batch = prepared.batch.copy()
             saturate = np.array([resolved.saturate[i] for i in idx], dtype=bool)
             if saturate.any():   # as many sequences as the KV cache holds, up to the scheduler's cap
-                first = prepared.results(group[1], engine(group[0]).parameters)
+                first = prepared.results(group[1], engine(group[0]).parameters, serving_columns=columns)
                 cap = np.array([resolved.batch_caps[i] for i in idx])
                 batch = np.where(saturate, np.maximum(np.minimum(first["max_batch"], cap), 1).astype(int), batch)
-            groups[group] = (idx, prepared, batch)
+            groups[group] = (idx, prepared, batch, columns)
         resolved.cache[key] = groups
     return resolved.cache[key]
 
