@@ -259,9 +259,8 @@ class ServingOptions(BaseModel):
     def stacked_columns(options: list["ServingOptions"]) -> dict:
         """The columns of rows whose options differ only in ``PER_ROW_COLUMNS``: those as one array, a value per
         row; the rest as any one row's."""
-        columns = options[0].columns()
         by_row = [o.columns() for o in options]
-        return {**columns, **{key: np.array([c[key] for c in by_row]) for key in PER_ROW_COLUMNS.values()}}
+        return {**by_row[0], **{key: np.array([c[key] for c in by_row]) for key in PER_ROW_COLUMNS.values()}}
 
     def check(self, prompts: Iterable[int], models: Iterable[ModelSpec] = (), layouts: Iterable[Layout] = ()) -> None:
         """Reject combinations that cannot run, saying what would."""

@@ -317,7 +317,8 @@ def predicted_array(resolved: Resolved, parameters: dict[str, EngineDefaults] | 
 
 
 def _evaluated_groups(resolved: Resolved, parameters, physical_limit: bool):
-    """(row indices, result columns, batch used) per group of rows sharing an engine and serving options."""
+    """(row indices, result columns, batch used) per group of rows sharing an engine and all serving options but
+    their own prefix, attention and micro-batch."""
     for (name, serving), (idx, prepared, batch, columns) in _prepared_groups(resolved, physical_limit).items():
         profile = engine(name)
         params = PHYSICAL_LIMIT if physical_limit else \
