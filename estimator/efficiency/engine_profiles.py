@@ -114,6 +114,14 @@ class EngineProfile(Frozen):
         return model.model_copy(update={"shape": model.shape.model_copy(
             update={"sliding_window": None, "num_local_layers": 0, "num_kv_shared_local_layers": 0})})
 
+    def implementation_notes(self, model: ModelSpec) -> list[str]:
+        """What this engine's own implementation changes in ``model`` (:meth:`runs_model`), in words."""
+        if self.runs_model(model) is model:
+            return []
+        return [f"{self.name} gives every layer of {model.architecture} models the whole KV cache: {model.name}'s "
+                f"{model.shape.sliding_window}-token sliding window bounds neither its cache nor its reads "
+                "(docs/formulas.md §9)"]
+
     def on_backend(self, backend: str) -> "EngineProfile":
         """The profile as it runs on ``backend``: ``name@backend`` with that variant's parameters.
 

@@ -142,8 +142,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     [165, 389]
     """
     db = db or load_database()
-    profile_engine = resolve_engine(engine)
-    # refuse mechanisms not modelled; each model as the engine runs it
+    profile_engine = resolve_engine(engine)   # each model as it runs it; mechanisms not modelled are refused
     model_specs = [profile_engine.runs_model(resolve_model(m, db).require_modelled()) for m in models]
     devices = [resolve_hardware(g, db) for g in gpus]
     fmts = [profile_engine.runs(resolve_weight_format(f)) for f in weight_formats]
@@ -347,9 +346,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
              host_cpu: str = DEFAULT_HOST_CPU, draft_model: str | None = None, draft_tokens: int = 0,
              acceptance: float = 0.7, draft_cost: float = 0.0, concurrency: int = 0, rate: float = 0.0,
              chunked_prefill: int = 0, max_num_seqs: int | None = None, num_requests: int = 0,
-             prefix_hit_rate: float = 0.0,
-             lengths: str | None = None, expert_skew: float = 0.0, kv_offload: str = "none",
-             kv_offload_gib: float = 0.0,
+             prefix_hit_rate: float = 0.0, lengths: str | None = None, expert_skew: float = 0.0,
+             kv_offload: str = "none", kv_offload_gib: float = 0.0,
              calibration: str | CalibrationProfile | None = "auto",
              engine: str | EngineProfile = "generic", db: Database | None = None) -> Estimate:
     """Estimate TTFT, decode speed and memory fit for one configuration.
@@ -412,10 +410,7 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     if row.get("saturated"):
         warnings.append(f"saturated: the load exceeds what this configuration serves; about "
                         f"{row['max_rate']:.2f} requests/s at most (whole-prompt prefill, KV-cache bound)")
-    if profile_engine.runs_model(spec) is not spec:
-        warnings.append(f"{profile_engine.name} gives every layer of {spec.architecture} models the whole KV cache: "
-                        f"{spec.name}'s {spec.shape.sliding_window}-token sliding window bounds neither its cache nor "
-                        "its reads (docs/formulas.md §9)")
+    warnings += profile_engine.implementation_notes(spec)
     if prompt_tokens + output_tokens > spec.shape.max_context:
         warnings.append(f"prompt + output = {prompt_tokens + output_tokens} tokens exceeds {spec.name}'s "
                         f"maximum context of {spec.shape.max_context}")

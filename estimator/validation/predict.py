@@ -317,18 +317,15 @@ def predicted_array(resolved: Resolved, parameters: dict[str, EngineDefaults] | 
 
 
 def _evaluated_groups(resolved: Resolved, parameters, physical_limit: bool):
-    """(row indices, result columns, batch used) per group of rows sharing an engine and all serving options but
-    their own prefix, attention and micro-batch."""
+    """(row indices, result columns, batch used) per group of rows sharing an engine and ServingOptions.shared()."""
     for (name, serving), (idx, prepared, batch, columns) in _prepared_groups(resolved, physical_limit).items():
-        profile = engine(name)
-        params = PHYSICAL_LIMIT if physical_limit else \
-            (parameters or {}).get(name, profile.parameters)
+        params = PHYSICAL_LIMIT if physical_limit else (parameters or {}).get(name) or engine(name).parameters
         yield idx, prepared.results(serving, params, batch, columns), batch
 
 
 def _prepared_groups(resolved: Resolved, physical_limit: bool) -> dict:
-    """Rows grouped by engine and the serving options they share (:meth:`ServingOptions.shared`; each row keeps
-    its own prefix, attention and micro-batch), as columns, with the batch each is evaluated at (cached).
+    """Rows grouped by engine and shared serving options (each keeps its own prefix, attention and micro-batch),
+    as columns, with the batch each is evaluated at (cached).
 
     An offline row (no batch, no load) runs at the largest batch whose KV cache fits, which depends on
     memory only, never on the engine's efficiencies.
