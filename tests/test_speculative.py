@@ -70,6 +70,32 @@ def test_speedup_grid_and_plot():
     plt.close(fig)
 
 
+@pytest.mark.parametrize("options", [
+    {"draft_model": "llama-3.2-1b", "batch": 8, "n_gpus": 2},                        # a draft model, a fixed batch
+    {"draft_cost": 0.05, "concurrency": 16, "n_gpus": 2},                            # heads, closed-loop load
+    {"draft_cost": 0.1, "rate": 0.5, "n_gpus": 2, "engine": "vLLM"},                # open-loop load, an engine
+])
+def test_the_vectorized_grid_is_a_loop_of_estimates(options):
+    alphas, gammas = [0.0, 0.6, 0.9], [1, 4]
+    grid = speculative_speedup_grid("llama-3.1-70b", "h100", alphas, gammas, **options)
+    for i, g in enumerate(gammas):
+        for j, a in enumerate(alphas):
+            one = estimate("llama-3.1-70b", "h100", draft_tokens=g, acceptance=a, **options)
+            assert grid[i, j] == pytest.approx(one.speculative_speedup, rel=1e-12), (g, a)
+
+
+def test_serving_options_of_one_sweep_differ_only_in_per_row_fields():
+    from estimator.errors import ConfigurationError
+    from estimator.evaluation.api import sweep
+    from estimator.serving.workload import ServingOptions
+    cases = [ServingOptions(draft_cost=0.05, draft_tokens=g, acceptance=0.7) for g in (2, 4)]
+    table = sweep(["llama-3.1-8b"], ["h100"], batches=[1, 32], serving=cases, detail=True)
+    assert table.labels["serving"] == ["draft_tokens=2, draft_cost=0.05", "draft_tokens=4, draft_cost=0.05"]
+    assert [table.row(i)["serving"] for i in range(len(table))] == table.labels["serving"] * 2   # serving is last
+    with pytest.raises(ConfigurationError, match="may differ only in"):
+        sweep(["llama-3.1-8b"], ["h100"], serving=[ServingOptions(), ServingOptions(kv_alloc="contiguous")])
+
+
 def test_speculation_command_prints_the_grid_and_saves_the_plot(tmp_path, capsys):
     from estimator.cli import main
     out = tmp_path / "spec.png"

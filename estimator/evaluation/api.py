@@ -6,24 +6,15 @@ vectorized :func:`estimator.evaluation.compute.compute_results`; an estimate is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 from pydantic import ValidationError
 
-from estimator.efficiency.calibration_profile import (
-    CalibrationProfile,
-    device_efficiencies,
-    find_profile,
-    hardware_from_profile,
-    load_profile,
-    profile_dir,
-)
+from estimator.efficiency.calibration_profile import CalibrationProfile, device_efficiencies
 from estimator.efficiency.defaults import PHYSICAL_LIMIT
 from estimator.efficiency.engine_profiles import BACKEND_MARK, EngineProfile
-from estimator.efficiency.engine_profiles import engine as engine_profile
 from estimator.errors import ConfigurationError, describe_validation_error
 from estimator.evaluation.columns import (
     compute_peak_table,
@@ -38,9 +29,19 @@ from estimator.evaluation.compute import compute_results
 from estimator.evaluation.configurations import Configuration
 from estimator.evaluation.fixed_batch import effective_rates
 from estimator.evaluation.intervals import default_backend, interval_columns
+from estimator.evaluation.resolve import (
+    resolve_calibrated_hardware,
+    resolve_engine,
+    resolve_hardware,
+    resolve_kv_format,
+    resolve_model,
+    resolve_weight_format,
+)
 from estimator.evaluation.results import AXES, ResultTable
+from estimator.serving.lengths import length_mix
 from estimator.serving.workload import (
     DEFAULT_HOST_CPU,
+    PER_ROW_COLUMNS,
     Layout,
     ServingOptions,
     as_layout,
@@ -48,9 +49,8 @@ from estimator.serving.workload import (
     check_workload,
     scale_up_domain,
 )
-from estimator.serving.lengths import length_mix
 from estimator.specs.database import Database, load_database
-from estimator.specs.formats import KVFormat, WeightFormat, format_family, kv_format, weight_format
+from estimator.specs.formats import KVFormat, WeightFormat, format_family
 from estimator.specs.hardware import Hardware
 from estimator.specs.model import ModelSpec
 
@@ -72,35 +72,11 @@ MAIN_COLUMNS = ("ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_
 CALIBRATED_DTYPES = ("bf16", "fp16", "fp32")
 
 
-def resolve_model(model: str | ModelSpec, db: Database) -> ModelSpec:
-    """A spec, a database name/alias/HF id, or a local checkpoint: see estimator.specs.checkpoint."""
-    from estimator.physics.params import count_params
-    from estimator.specs.checkpoint import read_local_model
-    return model if isinstance(model, ModelSpec) else read_local_model(model, count_params) or db.models.get(model)
-
-
-def resolve_hardware(gpu: str | Hardware, db: Database, memory_gib: float | None = None) -> Hardware:
-    """A spec or a database name; with ``memory_gib``, that one of the memory sizes it is sold with."""
-    device = gpu if isinstance(gpu, Hardware) else db.hardware.get(gpu)
-    return device if memory_gib is None else device.with_memory_gib(memory_gib)
-
-
-def resolve_engine(value: str | EngineProfile) -> EngineProfile:
-    return value if isinstance(value, EngineProfile) else engine_profile(value)
-
-
-def resolve_weight_format(fmt: str | WeightFormat) -> WeightFormat:
-    return fmt if isinstance(fmt, WeightFormat) else weight_format(fmt)
-
-
-def resolve_kv_format(fmt: str | KVFormat) -> KVFormat:
-    return fmt if isinstance(fmt, KVFormat) else kv_format(fmt)
-
-
 def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
           weight_formats: Sequence[str | WeightFormat] = ("bf16",), kv_formats: Sequence[str | KVFormat] = ("f16",),
           batches: Sequence[int] = (1,), prompt_tokens: Sequence[int] = (512,), output_tokens: Sequence[int] = (256,),
-          layouts: Sequence[int | Layout] = (1,), *, serving: ServingOptions | None = None, detail: bool = False,
+          layouts: Sequence[int | Layout] = (1,), *,
+          serving: ServingOptions | Sequence[ServingOptions] | None = None, detail: bool = False,
           calibrations: dict[str, CalibrationProfile] | None = None, engine: str | EngineProfile = "generic",
           physical_limit: bool = False, db: Database | None = None) -> ResultTable:
     """Estimate every combination of the given lists (their cartesian product).
@@ -114,9 +90,11 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         Concurrent sequences (over all replicas), prompt length, generated tokens.
     layouts : sequence of int or Layout
         Device layouts; an int N means tensor parallelism over N devices.
-    serving : ServingOptions
+    serving : ServingOptions or sequence of them
         KV allocation (paged/contiguous, block size), cached prefix, fused or unfused attention, load; with
         ``lengths`` (a request mix) the mix's mean lengths replace ``prompt_tokens`` and ``output_tokens``.
+        Several options form the last axis; they may differ only in the fields that enter as numbers
+        (``PER_ROW_COLUMNS``: cached prefix, attention, micro-batch, draft length, acceptance, draft cost).
     calibrations : dict
         Calibration profiles by hardware name: their measured device efficiencies replace the defaults.
     engine : str or EngineProfile
@@ -131,7 +109,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     -------
     ResultTable
         Rows in C order over (model, hardware, weight_format, kv_format, layout, batch,
-        prompt_tokens, output_tokens); convert with ``.to_pandas()``.
+        prompt_tokens, output_tokens, serving); convert with ``.to_pandas()``.
 
     Examples
     --------
@@ -148,17 +126,19 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     fmts = [profile_engine.runs(resolve_weight_format(f)) for f in weight_formats]
     kvs = [resolve_kv_format(k) for k in kv_formats]
     layout_specs = [as_layout(v) for v in layouts]
-    serving = serving or ServingOptions()
+    cases = list(serving) if isinstance(serving, Sequence) else [serving or ServingOptions()]
+    serving = _shared_serving(cases)
     if serving.lengths:   # a request mix: its mean lengths replace the given ones
         mix = length_mix(serving.lengths)
         prompt_tokens, output_tokens = [mix.mean_prompt_tokens], [mix.mean_output_tokens]
     check_workload(batches, prompt_tokens, output_tokens, mean_lengths=bool(serving.lengths))
-    serving.check(prompt_tokens, model_specs, layout_specs)
+    for case in cases:
+        case.check(prompt_tokens, model_specs, layout_specs)
     for spec in model_specs:
         for layout in layout_specs:
             check_layout(spec, layout)
     sizes = (len(model_specs), len(devices), len(fmts), len(kvs), len(layout_specs), len(batches),
-             len(prompt_tokens), len(output_tokens))
+             len(prompt_tokens), len(output_tokens), len(cases))
 
     def on_axis(columns: dict, axis: int) -> dict:
         shape = [1] * len(sizes)
@@ -197,10 +177,10 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     results = compute_results(
         m=on_axis(model_columns(model_specs), 0), hw=hw,
         f=f_columns, kv=on_axis(kv_columns(kvs), 3), host=host, draft=draft,
-        peak_linear_flops_per_s=peaks.T.reshape(1, sizes[1], sizes[2], 1, 1, 1, 1, 1),
+        peak_linear_flops_per_s=peaks.T.reshape(1, sizes[1], sizes[2], *[1] * (len(sizes) - 3)),
         layout={k: values_on_axis([x.columns()[k] for x in layout_specs], 4) for k in layout_specs[0].columns()},
         B=values_on_axis(batches, 5), T=values_on_axis(prompt_tokens, 6),
-        O=values_on_axis(output_tokens, 7), serving=_serving_columns(serving, profile_engine, devices, values_on_axis),
+        O=values_on_axis(output_tokens, 7), serving=_serving_columns(cases, profile_engine, devices, on_axis),
         engine=parameters, end_step=detail)
     main = MAIN_COLUMNS + (LOAD_COLUMNS if serving.under_load else ALL_AT_ONCE_COLUMNS if serving.all_at_once else ())
     keep = results if detail else {k: results[k] for k in main}
@@ -210,70 +190,32 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         "model": [m.name for m in model_specs], "hardware": [d.name for d in devices],
         "weight_format": [f.name for f in fmts], "kv_format": [k.name for k in kvs],
         "layout": [x.label for x in layout_specs], "batch": list(batches), "prompt_tokens": list(prompt_tokens),
-        "output_tokens": list(output_tokens),
+        "output_tokens": list(output_tokens), "serving": [case.label for case in cases],
     }
     return ResultTable(columns=columns, index=dict(zip(AXES, grids)), labels=labels, compute_dtypes=dtypes)
 
 
-def resolve_calibrated_hardware(gpu: str | Hardware, calibration, db: Database, memory_gib: float | None = None):
-    """The device, and the calibration profile to apply to it (or None).
-
-    ``gpu="local"`` is the device of the given profile, or of the newest one in the
-    calibration folder; a device the database does not know is built from its profile.
-    ``calibration`` is a profile, a path, ``"auto"`` (the newest profile of this device
-    in the calibration folder, if any) or None. ``memory_gib`` picks one of the memory
-    sizes the device is sold with (:meth:`Hardware.with_memory_gib`); None keeps the largest.
-    """
-    if isinstance(calibration, (str, Path)) and str(calibration) not in ("auto", "none"):
-        calibration = load_profile(calibration)
-    if isinstance(gpu, str) and gpu.strip().lower() == "local":
-        profile = _measured(calibration if isinstance(calibration, CalibrationProfile) else find_profile())
-        if profile is None:
-            raise ConfigurationError(f"--gpu local needs a calibration profile: run `roofline calibrate` first "
-                                     f"(profiles are kept in {profile_dir()}) or pass --calibration FILE")
-        matched = profile.device.matched_hardware
-        return resolve_hardware(db.hardware.get(matched) if matched else _device_of(profile), db, memory_gib), profile
-    device = resolve_hardware(gpu, db, memory_gib)
-    if calibration == "auto":
-        return device, _measured(find_profile(device.name, *device.aliases))
-    return device, _measured(calibration) if isinstance(calibration, CalibrationProfile) else None
+def _shared_serving(cases: list[ServingOptions]) -> ServingOptions:
+    """What the serving options of one sweep share: all but their per-row fields, which must be all they differ in."""
+    if not cases:
+        raise ConfigurationError("a sweep needs at least one set of serving options")
+    shared = cases[0].shared()
+    for case in cases[1:]:
+        if case.shared() != shared:
+            raise ConfigurationError("serving options of one sweep may differ only in "
+                                     f"{', '.join(PER_ROW_COLUMNS)}; sweep the others one call each")
+    return cases[0]
 
 
-# The range of rates (bytes/s, FLOP/s) a profile can have measured on a real device.
-MEASURED_RATES = (1e6, 1e18)
-
-
-def _measured(profile: CalibrationProfile | None) -> CalibrationProfile | None:
-    """The profile, unless a rate the estimate uses is outside what any device measures."""
-    if profile is None:
-        return None
-    s = profile.summary
-    low, high = MEASURED_RATES
-    for field, value in (("read_bandwidth_bytes_per_s", s.read_bandwidth_bytes_per_s),
-                         *((f"gemm_flops_per_s.{d}", v) for d, v in s.gemm_flops_per_s.items())):
-        if not low <= value <= high:
-            raise ConfigurationError(f"the calibration profile of {profile.device.name!r}: summary.{field} = "
-                                     f"{value:g} is not a measured rate; expected {low:g} to {high:g}")
-    return profile
-
-
-def _device_of(profile: CalibrationProfile) -> Hardware:
-    """The device a profile measured, where the database does not know it; an error if the profile cannot be one."""
-    try:
-        return hardware_from_profile(profile)
-    except ValidationError as exc:
-        problem = describe_validation_error(exc)
-    except ValueError as exc:
-        problem = str(exc)
-    raise ConfigurationError(f"the calibration profile of {profile.device.name!r} does not describe a device: "
-                             f"{problem}")
-
-
-def _serving_columns(serving: ServingOptions, profile_engine: EngineProfile, devices, on_device_axis) -> dict:
-    """The serving columns, with the engine's own cap on running sequences per device when none is given."""
-    columns = serving.columns()
+def _serving_columns(cases: list[ServingOptions], profile_engine: EngineProfile, devices, on_axis) -> dict:
+    """The serving columns, per-row ones on the serving axis (the last), with the engine's own cap on running
+    sequences per device when none is given."""
+    columns = ServingOptions.stacked_columns(cases)
+    columns.update(on_axis({key: columns[key] for key in PER_ROW_COLUMNS.values()}, -1))
+    serving = cases[0]
     if serving.engine_sets_batch and serving.max_num_seqs is None and profile_engine.scheduler is not None:
-        columns["max_num_seqs"] = on_device_axis([profile_engine.scheduler.max_num_seqs_on(d) for d in devices], 1)
+        columns["max_num_seqs"] = on_axis(
+            {"v": np.array([profile_engine.scheduler.max_num_seqs_on(d) for d in devices], dtype=float)}, 1)["v"]
     return columns
 
 
@@ -304,6 +246,9 @@ class Estimate(Configuration):
     efficiency_source: str
     results: dict
     warnings: tuple[str, ...] = ()
+    # what evaluates this configuration again (speculative_speedup_grid): the engine as resolved, the profile applied
+    engine_profile: EngineProfile | None = field(default=None, repr=False, compare=False)
+    calibration: CalibrationProfile | None = field(default=None, repr=False, compare=False)
 
     def __getattr__(self, name: str):
         try:
@@ -426,8 +371,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
         kv_format=resolve_kv_format(kv_format), layout=layout, batch=batch, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, serving=serving, engine=profile_engine.name,
         compute_dtype=row.pop("compute_dtype"),
-        efficiency_source=source,
-        results=results, warnings=tuple(warnings))
+        efficiency_source=source, results=results, warnings=tuple(warnings), engine_profile=profile_engine,
+        calibration=profile)
 
 
 def speculative_speedup_grid(model: str | ModelSpec, gpu: str | Hardware, alphas: Sequence[float],
@@ -446,5 +391,14 @@ def speculative_speedup_grid(model: str | ModelSpec, gpu: str | Hardware, alphas
     >>> [round(float(v), 1) for v in grid[0]]
     [2.0, 3.5]
     """
-    return np.array([[estimate(model, gpu, draft_tokens=g, acceptance=a, **options).speculative_speedup
-                      for a in alphas] for g in gammas])
+    if not (len(alphas) and len(gammas)):
+        return np.empty((len(gammas), len(alphas)))
+    # the options resolved and checked as for one estimate, then every (γ, α) in one vectorized sweep
+    one = estimate(model, gpu, draft_tokens=gammas[0], acceptance=alphas[0], **options)
+    cases = [_serving(**{**one.serving.model_dump(), "draft_tokens": g, "acceptance": a})
+             for g in gammas for a in alphas]
+    table = sweep([one.model], [one.hardware], [one.weight_format], [one.kv_format], [one.batch],
+                  [one.prompt_tokens], [one.output_tokens], [one.layout], serving=cases, engine=one.engine_profile, detail=True,
+                  calibrations=None if one.calibration is None else {one.hardware.name: one.calibration},
+                  db=options.get("db"))
+    return table.columns["speculative_speedup"].reshape(len(gammas), len(alphas))

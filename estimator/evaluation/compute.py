@@ -50,9 +50,10 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
         return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving, engine, host, draft,
                                 end_step)
 
-    def at(batch, prompts=T_run, outputs=O_run, expand=lambda d: d):
+    def at(batch, prompts=T_run, outputs=O_run, expand=lambda d: d, itl_only=False):
         return results_at_batch(expand(m), expand(hw), expand(f), expand(kv), expand(peak_linear_flops_per_s), batch,
-                                prompts, outputs, expand(layout), expand(serving), engine, expand(host), expand(draft))
+                                prompts, outputs, expand(layout), expand(serving), engine, expand(host), expand(draft),
+                                itl_only=itl_only)
 
     # Each of the dp replicas is its own engine serving 1/dp of the load: the steady state is solved
     # per replica (batches, concurrency and rate divided by dp) and scaled back up.
@@ -73,7 +74,7 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     served = np.where(finite, np.minimum(rate, MAX_UTILISATION * capacity), rate)
     backlog = {q: backlog_wait_s(np.asarray(serving["num_requests"]) / dp, np.where(finite, rate, 0.0), capacity,
                                  slots, p) for q, p in (("mean", None), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}
-    state = steady_state(lambda n: at(n * dp)["itl_s"], requests["prefill_s"], prompt_tokens, O,
+    state = steady_state(lambda n: at(n * dp, itl_only=True)["itl_s"], requests["prefill_s"], prompt_tokens, O,
                          serving["concurrency"] / dp, served, max_batch, serving["chunk_tokens"],
                          prefill_scv=requests["scv"], max_num_seqs=serving["max_num_seqs"], mixed=mixed)
     steady = state["steady_batch"] * dp

@@ -273,8 +273,8 @@ def _prefill(s: _Setup, b, micro, T, cached):
 
 
 def _speculative(s: _Setup, draft: dict | None, b, micro, spans, plain_step_s, T, cached):
-    """Mean time per token with speculative decoding, and the draft's extra prefill time."""
-    gamma, alpha = s.serving["spec_tokens"], s.serving["acceptance"]
+    """Mean time per token with speculative decoding and the draft's extra prefill time (rows drafting none: 0)."""
+    gamma, alpha = np.asarray(s.serving["spec_tokens"], dtype=float), s.serving["acceptance"]   # a value per row
     verify_s = _decode(s, b, micro, spans, q=gamma + 1)[2]["time_s"]
     if draft is None:   # n-gram or EAGLE-style heads: a fixed fraction of a target step
         draft_step_s, draft_prefill_s = s.serving["draft_cost"] * plain_step_s, 0.0
@@ -282,12 +282,13 @@ def _speculative(s: _Setup, draft: dict | None, b, micro, spans, plain_step_s, T
         d = replace(s, m=draft, device_share=np.ones(1), cpu_layers=np.zeros(1))
         draft_step_s = _decode(d, b, micro, spans)[2]["time_s"]
         draft_prefill_s = _prefill(d, b, micro, T, cached)[2]["time_s"]
-    return (gamma * draft_step_s + verify_s) / expected_tokens(alpha, gamma), draft_prefill_s
+    step_s = (gamma * draft_step_s + verify_s) / expected_tokens(alpha, gamma)
+    return np.where(gamma > 0, step_s, plain_step_s), np.where(gamma > 0, draft_prefill_s, 0.0)
 
 
 def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving=None,
                    engine: EngineDefaults = GENERIC_ENGINE, host=None, draft=None,
-                   end_step: bool = False) -> dict[str, np.ndarray]:
+                   end_step: bool = False, itl_only: bool = False) -> dict[str, np.ndarray]:
     """Prefill, decode and memory for every configuration the inputs broadcast to.
 
     Parameters
@@ -313,6 +314,8 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
         Model columns of a draft model for speculative decoding (``spec_tokens`` > 0 in ``serving``).
     end_step : bool
         Also time the generation's last decode step (``itl_end_s``, at the full context P + O).
+    itl_only : bool
+        Return only ``itl_s``: what a steady state's fixed-point iteration asks for at each trial batch.
 
     Notes
     -----
@@ -358,19 +361,21 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
                host, share, cpu_layers, tp_link_bytes_per_s(hw, tp, node, network),
                pp_link_bytes_per_s(hw, tp, pp, node, network), attention_dp)
 
-    prefill_flops, prefill_bytes, prefill = _prefill(s, b, micro, T, cached)
-    # the device's free KV space (what the batch leaves): where cached prefixes live beside any second tier
-    free_kv_bytes = np.maximum(memory["memory_available_bytes"] - memory["memory_required_bytes"], 0.0)
-    tier_s = _tier_load_s(s, free_kv_bytes, b, micro, cached - prefix, tp * pp)
     lo, hi, steps = decode_context_range(T, O)
     span_global = mean_span(lo, hi, 0)
     # mean attended tokens: all, within the window, within a sparse-attention top-k (docs/formulas.md §15.2)
     spans = (span_global, mean_span(lo, hi, m["window"]), mean_span(lo, hi, m["attn_topk"]))
     decode_flops, decode_bytes, decode = _decode(s, b, micro, spans)
-    ttft_s, itl_s = prefill["time_s"] + tier_s, decode["time_s"]
-    if serving["spec_tokens"] > 0:
+    itl_s, draft_prefill_s = decode["time_s"], 0.0
+    if np.any(np.asarray(serving["spec_tokens"]) > 0):
         itl_s, draft_prefill_s = _speculative(s, draft, b, micro, spans, decode["time_s"], T, cached)
-        ttft_s = ttft_s + draft_prefill_s
+    if itl_only:
+        return {"itl_s": itl_s}
+    prefill_flops, prefill_bytes, prefill = _prefill(s, b, micro, T, cached)
+    # the device's free KV space (what the batch leaves): where cached prefixes live beside any second tier
+    free_kv_bytes = np.maximum(memory["memory_available_bytes"] - memory["memory_required_bytes"], 0.0)
+    tier_s = _tier_load_s(s, free_kv_bytes, b, micro, cached - prefix, tp * pp)
+    ttft_s = prefill["time_s"] + tier_s + draft_prefill_s
 
     out = _speeds(B, T, O, cached, ttft_s, itl_s, steps)
     out["speculative_speedup"] = decode["time_s"] / itl_s
@@ -378,9 +383,7 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
         end = (hi, mean_span(hi, hi, m["window"]), mean_span(hi, hi, m["attn_topk"]))
         out["itl_end_s"] = _decode(s, b, micro, end)[2]["time_s"] * itl_s / decode["time_s"]
     out.update({
-        "micro_batches": micro,
-        "prefill_bound": prefill["bound"],
-        "decode_bound": decode["bound"],
+        "micro_batches": micro, "prefill_bound": prefill["bound"], "decode_bound": decode["bound"],
         "prefill_intensity_flops_per_byte": fl.total(prefill_flops) / sum(prefill_bytes.values()),
         "decode_intensity_flops_per_byte": fl.total(decode_flops) / sum(decode_bytes.values()),
         "ridge_flops_per_byte": peak_linear_flops_per_s / hw["bandwidth_bytes_per_s"],
@@ -427,18 +430,13 @@ def _tier_load_s(s: _Setup, free_kv_bytes, b, micro, hit_tokens, devices):
 
 
 def _speeds(B, T, O, cached, prefill_s, itl_s, steps) -> dict:
-    """Latencies and rates from the phase times (definitions in estimator/report.py)."""
+    """Latencies and rates from the phase times (definitions in docs/conventions.md)."""
     ttft_s = np.where(T > 0, prefill_s, 0.0)
     e2e_s = ttft_s + steps * itl_s
     return {
-        "ttft_s": ttft_s,
-        "prefill_tps": B * (T - cached) / np.where(ttft_s > 0, ttft_s, 1.0),
-        "itl_s": itl_s,
-        "decode_tps_per_seq": 1.0 / itl_s,
-        "decode_tps_total": B / itl_s,
-        "e2e_latency_s": e2e_s,
-        "tpot_inclusive_s": e2e_s / O,
-        "throughput_out_tps": B * O / e2e_s,
+        "ttft_s": ttft_s, "prefill_tps": B * (T - cached) / np.where(ttft_s > 0, ttft_s, 1.0),
+        "itl_s": itl_s, "decode_tps_per_seq": 1.0 / itl_s, "decode_tps_total": B / itl_s,
+        "e2e_latency_s": e2e_s, "tpot_inclusive_s": e2e_s / O, "throughput_out_tps": B * O / e2e_s,
         "decode_steps": steps + 0 * itl_s,
     }
 

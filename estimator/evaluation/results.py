@@ -10,7 +10,8 @@ from estimator.errors import ConfigurationError
 from estimator.physics.roofline import BOUND_NAMES
 
 # The axes of a sweep, in the order its rows run (C order).
-AXES = ("model", "hardware", "weight_format", "kv_format", "layout", "batch", "prompt_tokens", "output_tokens")
+AXES = ("model", "hardware", "weight_format", "kv_format", "layout", "batch", "prompt_tokens", "output_tokens",
+        "serving")
 BOUND_COLUMNS = ("prefill_bound", "decode_bound")
 
 

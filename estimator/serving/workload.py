@@ -161,7 +161,8 @@ def check_layout(model: ModelSpec, layout: Layout) -> None:
 # Options that enter an evaluation only as numbers on its columns, never in its control flow (field: column): rows
 # that differ in these alone are evaluated in one vectorized call, as predict groups a dataset's rows and a fit
 # evaluates them hundreds of times.
-PER_ROW_COLUMNS = {"prefix_tokens": "prefix_tokens", "attention": "fused_attention", "ubatch_tokens": "ubatch_tokens"}
+PER_ROW_COLUMNS = {"prefix_tokens": "prefix_tokens", "attention": "fused_attention", "ubatch_tokens": "ubatch_tokens",
+                   "draft_tokens": "spec_tokens", "acceptance": "acceptance", "draft_cost": "draft_cost"}
 
 
 class ServingOptions(BaseModel):
@@ -254,6 +255,15 @@ class ServingOptions(BaseModel):
         """These options with the per-row ones (``PER_ROW_COLUMNS``) at their defaults: what rows evaluated in one
         call have in common."""
         return self.model_copy(update={name: type(self).model_fields[name].default for name in PER_ROW_COLUMNS})
+
+    @property
+    def label(self) -> str:
+        """The per-row options (``PER_ROW_COLUMNS``) that differ from their defaults, as ``name=value``: what tells
+        apart the options of one sweep's serving axis."""
+        fields = type(self).model_fields
+        changed = [f"{name}={getattr(self, name)}" for name in PER_ROW_COLUMNS
+                   if getattr(self, name) != fields[name].default]
+        return ", ".join(changed) or "defaults"
 
     @staticmethod
     def stacked_columns(options: list["ServingOptions"]) -> dict:
