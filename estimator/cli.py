@@ -124,7 +124,7 @@ def _check_validate(args: argparse.Namespace) -> None:
         _refuse(args, ("device", "model", "quick", "batch", "prompt", "output", "calibration"),
                 "apply to --local, not --published")
     else:
-        _refuse(args, ("write", "plot"), "apply to --published, not --local")
+        _refuse(args, ("write", "plot", "jobs"), "apply to --published, not --local")
     if not (args.plot or args.write):
         _refuse(args, ("force",), "overwrites the files of --plot or --write; add one of them")
     if args.write:
@@ -277,7 +277,7 @@ def _validate(args: argparse.Namespace, db) -> str:
                               calibration=args.calibration, progress=stderr_progress)
     from estimator.validation import published as val
     try:
-        result = val.run(db=db)
+        result = val.run(db=db, jobs=args.jobs)
     except ImportError as exc:
         raise ConfigurationError(f"fitting needs scipy: pip install scipy ({exc})") from None
     written = {}

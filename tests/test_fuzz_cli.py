@@ -458,6 +458,8 @@ SLOW_INVALID = st.one_of(
         ["validate", "--published", "--batch", "4"], ["validate", "--published", "--calibration", "@profile"],
         ["validate", "--local", "--batch", "0"], ["validate", "--local", "--prompt", "-1"],
         ["validate", "--local", "--output", "1"], ["validate", "--local", "--calibration", "@binary"],
+        ["validate", "--local", "--jobs", "2"], ["validate", "--published", "--jobs", "0"],
+        ["validate", "--published", "--jobs", "nan"],
         ["calibrate", "--force"], ["calibrate", "--out", "@existing"], ["calibrate", "--out", "@folder"],
         ["calibrate", "--quick", "--full"], ["calibrate", "--compare", "@profile"],
         ["calibrate", "--compare", "@profile", "@profile", "--device", "cpu"],

@@ -71,6 +71,12 @@ def test_cross_validation_cannot_see_its_held_out_source(problem):
     assert not np.array_equal(theta_of(fit_engine(problem, "gpt-fast")), theta_of(fit_engine(tampered, "gpt-fast")))
 
 
+def test_folds_give_the_same_predictions_in_worker_processes(problem):
+    sources = ["gpt-fast-readme", *sorted(set(problem.sources))[:2]]
+    here, workers = cross_validate(problem, only=sources, jobs=1), cross_validate(problem, only=sources, jobs=2)
+    assert np.array_equal(here, workers, equal_nan=True) and np.isfinite(here).sum() > 0
+
+
 def build_tampered(problem, source, factor):
     """The same problem with one source's measurements multiplied by ``factor``."""
     from dataclasses import replace

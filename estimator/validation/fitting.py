@@ -46,6 +46,7 @@ from estimator.evaluation.intervals import measurement_regime
 from estimator.specs.database import Database
 from estimator.validation.dataset import Dataset
 from estimator.validation.predict import Resolved, predict_resolved, predicted_array, predicted_values, resolve_rows
+from estimator.validation.workers import map_in_workers
 
 GROUPS = tuple(DEVICE_GROUPS)
 PARAMETER_NAMES = (*(f"bandwidth_{g}" for g in GROUPS), *(f"dequant_bandwidth_{g}" for g in GROUPS),
@@ -188,15 +189,22 @@ class Problem:
                        self.limit[idx])
 
 
-def build_problem(dataset: Dataset, db: Database) -> Problem:
-    """Resolve the usable rows once; rows whose names or settings do not resolve are reported, not fitted."""
+def build_problem(dataset: Dataset, db: Database, jobs: int | None = None) -> Problem:
+    """Resolve the usable rows once; rows whose names or settings do not resolve are reported, not fitted.
+    Each row's memory fit (with the shipped profiles) and its physical limit are predicted in ``jobs`` worker
+    processes (:mod:`.workers`)."""
     rows = dataset.usable()
     resolved, _ = resolve_rows(rows, db)
-    fits = np.array([bool(r["fits"]) for r in predict_resolved(resolved)], dtype=bool)
-    limit = predicted_values(resolved, predict_resolved(resolved, physical_limit=True))
+    as_shipped, at_limit = map_in_workers(_predicted_rows, resolved, [False, True], jobs)
+    fits = np.array([bool(r["fits"]) for r in as_shipped], dtype=bool)
+    limit = predicted_values(resolved, at_limit)
     return Problem(resolved, np.array([float(rows[i]["value"]) for i in resolved.positions]),
                    np.array([rows[i]["source"] for i in resolved.positions]), np.array(resolved.engines),
                    [rows[i] for i in resolved.positions], fits, limit)
+
+
+def _predicted_rows(resolved: Resolved, physical_limit: bool) -> list[dict]:
+    return predict_resolved(resolved, physical_limit=physical_limit)
 
 
 def _log_errors(problem: Problem, params: dict[str, EngineDefaults]) -> np.ndarray:
@@ -300,8 +308,12 @@ def _fit(problem: Problem, name: str) -> tuple[EngineDefaults, Solution | None]:
     return problem.fitted[name]
 
 
-def fit_all(problem: Problem) -> dict[str, EngineDefaults]:
-    return {name: fit_engine(problem, name) for name in sorted(set(problem.engines[~problem.judged_only]))}
+def fit_all(problem: Problem, jobs: int | None = None) -> dict[str, EngineDefaults]:
+    """Every engine with rows fitted on all of them, in ``jobs`` worker processes (:mod:`.workers`)."""
+    names = sorted(set(problem.engines[~problem.judged_only]))
+    missing = [name for name in names if name not in problem.fitted]
+    problem.fitted.update(zip(missing, map_in_workers(_fit, problem, missing, jobs)))
+    return {name: fit_engine(problem, name) for name in names}
 
 
 def fit_record(problem: Problem, name: str) -> dict:

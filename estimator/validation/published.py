@@ -97,11 +97,12 @@ class Validation:
         return self._bands
 
 
-def run(dataset: Dataset | None = None, db: Database | None = None) -> Validation:
-    """Fit on everything (for the shipped parameters) and cross-validate by source."""
+def run(dataset: Dataset | None = None, db: Database | None = None, jobs: int | None = None) -> Validation:
+    """Fit on everything (for the shipped parameters) and cross-validate by source, in ``jobs`` worker processes
+    (None: one per core; the figures do not depend on it)."""
     db = db or load_database()
-    problem = build_problem(dataset or load_dataset(), db)
-    return Validation(problem, cross_validate(problem), fit_all(problem))
+    problem = build_problem(dataset or load_dataset(), db, jobs)
+    return Validation(problem, cross_validate(problem, jobs=jobs), fit_all(problem, jobs))
 
 
 def _errors(v: Validation, mask: np.ndarray) -> dict:

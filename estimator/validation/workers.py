@@ -1,0 +1,48 @@
+"""Independent pieces of a validation (cross-validation folds, engine fits) run in worker processes.
+
+Each piece is the same computation whichever process runs it, so results do not depend on the number of
+workers (tests/test_validation.py checks it); on 2 cores the published validation takes about a quarter less.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import Callable, Sequence, TypeVar
+
+Item = TypeVar("Item")
+Shared = TypeVar("Shared")
+
+_SHARED = None   # a worker's copy of the shared input, set once when the worker starts
+
+
+def map_in_workers(function: Callable[[Shared, Item], object], shared: Shared, items: Sequence[Item],
+                   jobs: int | None = None) -> list:
+    """``[function(shared, item) for item in items]``, over ``jobs`` worker processes (None: one per core;
+    1: none). ``function`` must be a module-level function (a spawned worker imports it by name)."""
+    workers = min(jobs or available_cores(), len(items))
+    if workers <= 1:
+        return [function(shared, item) for item in items]
+    with ProcessPoolExecutor(workers, mp_context=_context(), initializer=_keep, initargs=(shared,)) as pool:
+        return list(pool.map(_call, [function] * len(items), items))
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity where the platform has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _context():
+    """Forked workers share the parent's input without copying it; where fork is unavailable, spawned ones
+    receive it once each."""
+    return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+
+
+def _keep(shared) -> None:
+    global _SHARED
+    _SHARED = shared
+
+
+def _call(function, item):
+    return function(_SHARED, item)
