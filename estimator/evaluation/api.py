@@ -190,7 +190,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
         "model": [m.name for m in model_specs], "hardware": [d.name for d in devices],
         "weight_format": [f.name for f in fmts], "kv_format": [k.name for k in kvs],
         "layout": [x.label for x in layout_specs], "batch": list(batches), "prompt_tokens": list(prompt_tokens),
-        "output_tokens": list(output_tokens), "serving": [case.label for case in cases],
+        "output_tokens": list(output_tokens), "serving": ServingOptions.labels(cases),
     }
     return ResultTable(columns=columns, index=dict(zip(AXES, grids)), labels=labels, compute_dtypes=dtypes)
 

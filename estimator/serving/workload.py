@@ -256,14 +256,12 @@ class ServingOptions(BaseModel):
         call have in common."""
         return self.model_copy(update={name: type(self).model_fields[name].default for name in PER_ROW_COLUMNS})
 
-    @property
-    def label(self) -> str:
-        """The per-row options (``PER_ROW_COLUMNS``) that differ from their defaults, as ``name=value``: what tells
-        apart the options of one sweep's serving axis."""
-        fields = type(self).model_fields
-        changed = [f"{name}={getattr(self, name)}" for name in PER_ROW_COLUMNS
-                   if getattr(self, name) != fields[name].default]
-        return ", ".join(changed) or "defaults"
+    @staticmethod
+    def labels(options: list["ServingOptions"]) -> list[str]:
+        """What tells apart the options of one sweep's serving axis: the per-row fields (``PER_ROW_COLUMNS``)
+        whose values differ among them, as ``name=value``."""
+        varying = [name for name in PER_ROW_COLUMNS if len({getattr(o, name) for o in options}) > 1]
+        return [", ".join(f"{name}={getattr(o, name)}" for name in varying) or "as given" for o in options]
 
     @staticmethod
     def stacked_columns(options: list["ServingOptions"]) -> dict:
