@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from estimator.evaluation.intervals import cell_key, shrunk_quantiles
+from estimator.validation.workers import map_in_workers
 
 TARGET_COVERAGE = 0.80
 LEVELS = (0.10, 0.50, 0.90)
@@ -127,18 +128,25 @@ class HeldOutBands:
     inside: np.ndarray
 
 
-def held_out_bands(r: Residuals) -> HeldOutBands:
-    """For each source, a table and per-phase k from the other sources only; its rows judged against them."""
+def held_out_bands(r: Residuals, jobs: int | None = None) -> HeldOutBands:
+    """For each source, a table and per-phase k from the other sources only; its rows judged against them.
+    The sources run in ``jobs`` worker processes (:mod:`estimator.validation.workers`)."""
     n = len(r.log_ratio)
     low, high = np.full(n, np.nan), np.full(n, np.nan)
-    finite = np.isfinite(r.log_ratio)
-    for source in sorted(set(r.sources[finite])):
-        train, rows = finite & (r.sources != source), np.flatnonzero(finite & (r.sources == source))
-        widening = choose_widening(r, train)
-        k = np.array([widening.get(str(p), WIDENING_GRID[-1]) for p in r.phases[rows]])
-        low[rows], high[rows] = log_bands(r, build_cells(r, train), rows, k)
+    sources = sorted(set(r.sources[np.isfinite(r.log_ratio)]))
+    for rows, source_low, source_high in map_in_workers(_source_bands, r, sources, jobs):
+        low[rows], high[rows] = source_low, source_high
     inside = (low <= r.log_ratio) & (r.log_ratio <= high)
     return HeldOutBands(np.exp(low), np.exp(high), inside)
+
+
+def _source_bands(r: Residuals, source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One source's rows and their log bands, from a table and widening built on the other sources."""
+    finite = np.isfinite(r.log_ratio)
+    train, rows = finite & (r.sources != source), np.flatnonzero(finite & (r.sources == source))
+    widening = choose_widening(r, train)
+    k = np.array([widening.get(str(p), WIDENING_GRID[-1]) for p in r.phases[rows]])
+    return (rows, *log_bands(r, build_cells(r, train), rows, k))
 
 
 def shipped_table(r: Residuals) -> dict:

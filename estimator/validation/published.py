@@ -45,6 +45,7 @@ class Validation:
     problem: Problem
     predicted: np.ndarray          # held-out (cross-validated) predictions
     params: dict                   # engine parameters fitted on everything
+    jobs: int | None = None        # worker processes for the bands (None: one per core)
     _bands: HeldOutBands | None = field(default=None, repr=False)
 
     @property
@@ -93,7 +94,7 @@ class Validation:
     def bands(self) -> HeldOutBands:
         """Each row's 80% band built without its own source (computed once)."""
         if self._bands is None:
-            self._bands = held_out_bands(self.residuals())
+            self._bands = held_out_bands(self.residuals(), self.jobs)
         return self._bands
 
 
@@ -102,7 +103,7 @@ def run(dataset: Dataset | None = None, db: Database | None = None, jobs: int | 
     (None: one per core; the figures do not depend on it)."""
     db = db or load_database()
     problem = build_problem(dataset or load_dataset(), db, jobs)
-    return Validation(problem, cross_validate(problem, jobs=jobs), fit_all(problem, jobs))
+    return Validation(problem, cross_validate(problem, jobs=jobs), fit_all(problem, jobs), jobs)
 
 
 def _errors(v: Validation, mask: np.ndarray) -> dict:
