@@ -338,15 +338,24 @@ def _speculation(args: argparse.Namespace, db) -> str:
         return to_json({"alphas": SPECULATION_ALPHAS, "gammas": SPECULATION_GAMMAS, "speedup": grid, **plot},
                        indent=None)
     text = format_speculation(grid, SPECULATION_ALPHAS, SPECULATION_GAMMAS,
-                              f"{args.model} on {args.gpu}, batch {args.batch}, draft {draft}")
+                              f"{args.model} on {args.gpu}, {_workload(args)}, draft {draft}")
     return text + (f"\nplot written to {plot['plot']}" if plot else "")
+
+
+def _workload(args: argparse.Namespace) -> str:
+    """What the grid was evaluated under: a load, a run sent at once, or a fixed batch."""
+    if args.concurrency:
+        return f"{args.concurrency:,} clients"
+    if args.rate:
+        return f"{args.rate:g} requests/s"
+    return f"{args.num_requests:,} requests at once" if args.num_requests else f"batch {args.batch}"
 
 
 def _save_speculation_plot(args: argparse.Namespace, grid, draft: str) -> Path:
     from estimator.reporting.plots import plot_speculative_speedup
     return _save_figure(args.out, "--out", args.force, (7, 4.5), lambda ax: plot_speculative_speedup(
         ax, SPECULATION_ALPHAS, SPECULATION_GAMMAS, grid,
-        title=f"{args.model} on {args.gpu}, batch {args.batch}, draft: {draft}"))
+        title=f"{args.model} on {args.gpu}, {_workload(args)}, draft: {draft}"))
 
 
 def _disaggregation(args: argparse.Namespace, db) -> str:

@@ -104,3 +104,10 @@ def test_speculation_command_prints_the_grid_and_saves_the_plot(tmp_path, capsys
     assert "γ = 4" in text and "α=0.8" in text and out.stat().st_size > 10_000
     assert main(["speculation", "--model", "llama-3.1-8b", "--gpu", "l4", "--out", str(out)]) == 2
     assert "--force" in capsys.readouterr().err
+
+
+def test_the_grid_says_what_load_it_was_evaluated_under(capsys):
+    from estimator.cli import main
+    for flags, said in (([], "batch 1"), (["--concurrency", "16"], "16 clients"), (["--rate", "0.5"], "0.5 requests/s")):
+        assert main(["speculation", "--model", "qwen2.5-0.5b", "--gpu", "l4", *flags]) == 0
+        assert f"l4, {said}, draft" in capsys.readouterr().out.splitlines()[0]
