@@ -9,7 +9,6 @@ incomplete).
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -169,8 +168,3 @@ def tiny_plan(device: str) -> Plan:
     return replace(plan_for(device, "quick"), bandwidth_sizes=(1 * MiB, 8 * MiB, 64 * MiB),
                    matmul_shapes=((1024, 1024),), matmul_rows=(1, 4, 16, 64), gemm_sizes=(64, 512),
                    attention_seqs=(128,), reps=5, kv_expand_bytes=4 * MiB)
-
-
-def stderr_progress(line: str) -> None:
-    sys.stderr.write(("\r" if sys.stderr.isatty() else "") + line.ljust(70) + ("" if sys.stderr.isatty() else "\n"))
-    sys.stderr.flush()

@@ -27,7 +27,7 @@ from estimator.errors import (
     write_atomically,
 )
 from estimator.evaluation.api import estimate, resolve_calibrated_hardware, speculative_speedup_grid
-from estimator.formatting import to_json
+from estimator.formatting import stderr_progress, to_json
 from estimator.planning import disaggregation as disagg
 from estimator.reporting import catalog
 from estimator.reporting.estimate_text import (
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> str:
 def _calibrate(args: argparse.Namespace, db) -> str:
     from estimator.efficiency.calibration_profile import default_profile_path, load_profile, save_profile
     try:
-        from calibrate.run import calibrate, stderr_progress, tiny_plan
+        from calibrate.run import calibrate, tiny_plan
         from calibrate.summary import compare, format_profile
     except ImportError as exc:
         raise ConfigurationError(str(exc)) from None
@@ -270,14 +270,14 @@ def _explain(args: argparse.Namespace, db) -> str:
 
 def _validate(args: argparse.Namespace, db) -> str:
     if args.local:
-        from calibrate.run import stderr_progress
         from estimator.validation.local import validate_local
         return validate_local(args.device, args.model, quick=args.quick, db=db, as_json=args.json,
                               batches=args.batch, prompts=args.prompt, output_tokens=args.output,
                               calibration=args.calibration, progress=stderr_progress)
     from estimator.validation import published as val
     try:
-        result = val.run(db=db, jobs=args.jobs)
+        result = val.run(db=db, jobs=args.jobs, progress=lambda done, total: stderr_progress(
+            f"leave-one-source-out: {done} of {total} sources"))
     except ImportError as exc:
         raise ConfigurationError(f"fitting needs scipy: pip install scipy ({exc})") from None
     written = {}

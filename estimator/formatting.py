@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Sequence
 
 from estimator.units import GB, KB, MB
@@ -81,3 +82,9 @@ def _json_ready(data):
 def to_json(data, indent: int | None = 2) -> str:
     """Strict JSON (no NaN or Infinity, which JSON does not have): non-finite numbers are null."""
     return json.dumps(_json_ready(data), indent=indent, allow_nan=False)
+
+
+def stderr_progress(line: str) -> None:
+    """A progress line on stderr: rewritten in place on a terminal, one line each in a log."""
+    sys.stderr.write(("\r" if sys.stderr.isatty() else "") + line.ljust(70) + ("" if sys.stderr.isatty() else "\n"))
+    sys.stderr.flush()

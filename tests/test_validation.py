@@ -73,8 +73,11 @@ def test_cross_validation_cannot_see_its_held_out_source(problem):
 
 def test_folds_give_the_same_predictions_in_worker_processes(problem):
     sources = ["gpt-fast-readme", "mlc-blog-multigpu-2023"]   # small folds: a quick test
-    here, workers = cross_validate(problem, only=sources, jobs=1), cross_validate(problem, only=sources, jobs=2)
+    done = {1: [], 2: []}
+    here, workers = (cross_validate(problem, only=sources, jobs=n, progress=lambda k, total, n=n: done[n].append(
+        (k, total))) for n in (1, 2))
     assert np.array_equal(here, workers, equal_nan=True) and np.isfinite(here).sum() > 0
+    assert done[1] == done[2] == [(1, 2), (2, 2)]   # each fold reported as it finishes
 
 
 def test_spawned_workers_receive_the_problem_and_give_the_same_predictions(problem, monkeypatch):

@@ -98,12 +98,13 @@ class Validation:
         return self._bands
 
 
-def run(dataset: Dataset | None = None, db: Database | None = None, jobs: int | None = None) -> Validation:
+def run(dataset: Dataset | None = None, db: Database | None = None, jobs: int | None = None,
+        progress=None) -> Validation:
     """Fit on everything (for the shipped parameters) and cross-validate by source, in ``jobs`` worker processes
-    (None: one per core; the figures do not depend on it)."""
+    (None: one per core; the figures do not depend on it); ``progress(done, total)`` follows the folds."""
     db = db or load_database()
     problem = build_problem(dataset or load_dataset(), db, jobs)
-    return Validation(problem, cross_validate(problem, jobs=jobs), fit_all(problem, jobs), jobs)
+    return Validation(problem, cross_validate(problem, jobs=jobs, progress=progress), fit_all(problem, jobs), jobs)
 
 
 def _errors(v: Validation, mask: np.ndarray) -> dict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Callable, Sequence, TypeVar
 
 Item = TypeVar("Item")
@@ -18,14 +18,23 @@ _SHARED = None   # a worker's copy of the shared input, set once when the worker
 
 
 def map_in_workers(function: Callable[[Shared, Item], object], shared: Shared, items: Sequence[Item],
-                   jobs: int | None = None) -> list:
+                   jobs: int | None = None, progress: Callable[[int, int], None] | None = None) -> list:
     """``[function(shared, item) for item in items]``, over ``jobs`` worker processes (None: one per core;
-    1: none). ``function`` must be a module-level function (a spawned worker imports it by name)."""
+    1: none). ``function`` must be a module-level function (a spawned worker imports it by name);
+    ``progress(done, total)`` is called as each item finishes."""
+    report = progress or (lambda done, total: None)
     workers = min(jobs or available_cores(), len(items))
     if workers <= 1:
-        return [function(shared, item) for item in items]
+        results = []
+        for item in items:
+            results.append(function(shared, item))
+            report(len(results), len(items))
+        return results
     with ProcessPoolExecutor(workers, mp_context=_context(), initializer=_keep, initargs=(shared,)) as pool:
-        return list(pool.map(_call, [function] * len(items), items))
+        futures = [pool.submit(_call, function, item) for item in items]
+        for done, _ in enumerate(as_completed(futures), start=1):
+            report(done, len(items))
+        return [future.result() for future in futures]
 
 
 def available_cores() -> int:
