@@ -5,7 +5,7 @@
     python benchmarks/validation_residuals.py --rows engine=vLLM regime=throughput   # the rows of one cell
 
 For each group: rows, the median of predicted / measured speed (above 1: predicted too fast) and the median
-absolute log error. It runs the whole leave-one-source-out validation (about two minutes on 2 cores), so it is
+absolute log error. It runs the whole leave-one-source-out validation (about 90 s on 2 cores), so it is
 an offline analysis, not a test.
 """
 
