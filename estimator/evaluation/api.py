@@ -241,14 +241,18 @@ class Estimate(Configuration):
     """
 
     serving: ServingOptions
-    engine: str
+    engine_profile: EngineProfile = field(repr=False)   # the engine as resolved (on its backend)
     compute_dtype: str
     efficiency_source: str
     results: dict
     warnings: tuple[str, ...] = ()
-    # what evaluates this configuration again (speculative_speedup_grid): the engine as resolved, the profile applied
-    engine_profile: EngineProfile | None = field(default=None, repr=False, compare=False)
+    # the calibration profile applied, if any: what evaluates this configuration again (speculative_speedup_grid)
     calibration: CalibrationProfile | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def engine(self) -> str:
+        """The engine profile's name (``vLLM``, ``llama.cpp@metal``)."""
+        return self.engine_profile.name
 
     def __getattr__(self, name: str):
         try:
@@ -369,10 +373,9 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     return Estimate(
         model=spec, hardware=device, weight_format=resolve_weight_format(weight_format),
         kv_format=resolve_kv_format(kv_format), layout=layout, batch=batch, prompt_tokens=prompt_tokens,
-        output_tokens=output_tokens, serving=serving, engine=profile_engine.name,
-        compute_dtype=row.pop("compute_dtype"),
-        efficiency_source=source, results=results, warnings=tuple(warnings), engine_profile=profile_engine,
-        calibration=profile)
+        output_tokens=output_tokens, serving=serving, engine_profile=profile_engine,
+        compute_dtype=row.pop("compute_dtype"), efficiency_source=source, results=results,
+        warnings=tuple(warnings), calibration=profile)
 
 
 def speculative_speedup_grid(model: str | ModelSpec, gpu: str | Hardware, alphas: Sequence[float],

@@ -11,7 +11,6 @@ import math
 from typing import Iterable
 
 from estimator.efficiency.defaults import memory_utilization
-from estimator.efficiency.engine_profiles import engine
 from estimator.evaluation.api import Estimate
 from estimator.evaluation.columns import FALLBACK_LINK_BYTES_PER_S
 from estimator.evaluation.intervals import band_remark
@@ -60,7 +59,7 @@ def _bound_line(e: Estimate, phase: str) -> str:
         fixed = r[f"{phase}_overhead_s"] + r[f"{phase}_communication_s"]
         why = (f"fixed per-step and per-layer costs and all-reduces ({seconds(fixed)}) exceed the roofline "
                f"time ({seconds(r[f'{phase}_linear_s'] + r[f'{phase}_attention_s'])})")
-        if engine(e.engine).parameters.eager_host:
+        if e.engine_profile.parameters.eager_host:
             why += (" (eager PyTorch: the host launches every op from Python, and the device waits for it; "
                     "docs/formulas.md §13)")
     else:
@@ -104,7 +103,7 @@ def _layout_text(layout) -> str:
 
 def _available_label(e: Estimate) -> str:
     """'available', with the engine's own memory budget where it sets one (docs/formulas.md §3)."""
-    params = engine(e.engine).parameters
+    params = e.engine_profile.parameters
     share, kv_share = float(memory_utilization(params, e.layout.tp)), params.kv_free_fraction
     parts = ([f"{e.engine} uses {share:.0%} of the device"] if share < 1 else []) + \
         ([f"{e.engine}'s KV cache takes {kv_share:.0%} of what is left"] if kv_share < 1 else [])
