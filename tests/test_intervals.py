@@ -12,6 +12,7 @@ from estimator import estimate, sweep
 from estimator.efficiency.defaults import GENERIC_ENGINE, PHYSICAL_LIMIT
 from estimator.evaluation.fixed_batch import effective_rates
 from estimator.evaluation.intervals import band, band_remark, cell_path, row_interval, shrunk_quantiles
+from estimator.reporting.estimate_text import format_estimate
 from tests.helpers import run
 
 
@@ -200,3 +201,30 @@ def test_a_measured_metrics_interval_is_capped_by_physics():
     assert row_interval(100.0, (0.5, 3.0), 200.0, "decode_tps_per_seq")[:2] == (50.0, 200.0)
     assert row_interval(10.0, (0.2, 2.0), 8.0, "itl_ms")[:2] == (8.0, 20.0)
     assert row_interval(100.0, (0.2, 0.7), float("nan"), "throughput_out_tps")[2].endswith("slower than estimated")
+
+
+def test_latencies_under_a_load_or_sent_at_once_take_the_serving_band():
+    """As validation judges them: under a load every figure is a serving one; in a run that sends every request
+    at once the latencies are the queue's and the run's throughput a max-throughput figure."""
+    from estimator.evaluation.intervals import _shipped, shipped_band
+    stored = _shipped()
+    cell = {"moe": False, "family": "16-bit", "engine": "vLLM", "group": "datacenter", "backend": "cuda"}
+    serving_low, serving_high = shipped_band(stored, "serving", **cell)
+    throughput_low, _ = shipped_band(stored, "throughput", **cell)
+    kw = {"engine": "vllm", "calibration": "none"}
+    at_once = estimate("llama-3.1-8b", "h100", num_requests=500, **kw).results
+    assert math.isclose(at_once["ttft_s_high"], at_once["ttft_s"] / serving_low, rel_tol=1e-9)
+    assert math.isclose(at_once["itl_s_low"], at_once["itl_s"] / serving_high, rel_tol=1e-9)
+    assert math.isclose(at_once["throughput_out_tps_low"], at_once["throughput_out_tps"] * throughput_low,
+                        rel_tol=1e-9)
+    loaded = estimate("llama-3.1-8b", "h100", concurrency=16, **kw)
+    assert math.isclose(loaded.results["ttft_s_high"], loaded.results["ttft_s"] / serving_low, rel_tol=1e-9)
+    assert loaded.results["interval_basis"].count("serving:") == 1     # one band, named once
+    text = format_estimate(loaded)
+    assert "TTFT (with queueing)" in text and text.count("(80%: ") >= 5
+
+
+def test_an_offline_batch_keeps_the_decode_and_prefill_bands():
+    e = estimate("llama-3.1-8b", "h100", engine="vllm", calibration="none", batch=8).results
+    assert e["interval_basis"].count("decode_batched:") == 1 and "prefill:" in e["interval_basis"]
+    assert "serving" not in e["interval_basis"]

@@ -32,6 +32,7 @@ FORMAT_REGIMES = ("decode_b1", "decode_batched", "prefill")
 DECODE = (("decode_tps_per_seq", "decode_tps_total", "throughput_out_tps"), ("itl_s", "tpot_inclusive_s",
                                                                               "e2e_latency_s"))
 PREFILL = (("prefill_tps",), ("ttft_s",))
+THROUGHPUT_COLUMNS = ("throughput_out_tps",)   # the run's output tokens/s: max-throughput in an all-at-once run
 BACKEND_OF_VENDOR = {"NVIDIA": "cuda", "AMD": "rocm", "Apple": "metal", "Intel": "sycl"}
 # Measured metrics by regime (the names of measurements_db/SCHEMA.md).
 PREFILL_METRICS = ("prefill_tps", "ttft_ms")
@@ -152,11 +153,19 @@ def band(q, widening: float) -> tuple[float, float]:
     return float(np.exp(mid + widening * (low - mid))), float(np.exp(mid + widening * (high - mid)))
 
 
-def estimate_regimes(batch: float, under_load: bool) -> tuple[str, str]:
-    """The regime of an estimate's decode speeds and of its prefill."""
+def estimate_regimes(batch: float, under_load: bool, all_at_once: bool = False) -> list[tuple[str, tuple, tuple]]:
+    """Which regime's band each interval column of an estimate takes: (regime, speeds, times) triples.
+
+    The columns are judged as validation judges a measurement of them (:func:`measurement_regime`): under a
+    load everything is a serving figure; in a run that sends every request at once the latencies are the
+    queue's (serving) and the run's output throughput is a max-throughput figure."""
     if under_load:
-        return "serving", "serving"
-    return ("decode_b1" if batch <= 1 else "decode_batched"), "prefill"
+        return [("serving", DECODE[0] + PREFILL[0], DECODE[1] + PREFILL[1])]
+    if all_at_once:
+        latency_speeds = tuple(k for k in DECODE[0] if k not in THROUGHPUT_COLUMNS)
+        return [("serving", latency_speeds + PREFILL[0], DECODE[1] + PREFILL[1]),
+                ("throughput", THROUGHPUT_COLUMNS, ())]
+    return [("decode_b1" if batch <= 1 else "decode_batched", *DECODE), ("prefill", *PREFILL)]
 
 
 def serving_low_ratio(moe: bool, engine: str, vendor: str, device_class: str) -> float | None:
@@ -170,25 +179,26 @@ def serving_low_ratio(moe: bool, engine: str, vendor: str, device_class: str) ->
 
 
 def interval_columns(results: dict, limit: dict, moe: bool, family: str, engine: str, vendor: str,
-                     device_class: str, batch: float, under_load: bool, calibrated: bool) -> dict:
-    """Low/high speeds and times for one estimate's results, capped by ``limit`` (the physical roofline)."""
+                     device_class: str, batch: float, under_load: bool, calibrated: bool,
+                     all_at_once: bool = False) -> dict:
+    """Low/high speeds and times for one estimate's results, capped by ``limit`` (the physical roofline); the
+    bands of :func:`estimate_regimes`."""
     stored = _shipped()
     if stored is None:
         return {"interval_basis": "no validation results shipped: no interval"}
     group = GROUP_OF_CLASS[device_class]
     backend = default_backend(vendor, device_class)
-    decode_regime, prefill_regime = estimate_regimes(batch, under_load)
     out, bases = {}, []
-    for regime, (speeds, times) in ((decode_regime, DECODE), (prefill_regime, PREFILL)):
+    for regime, speeds, times in estimate_regimes(batch, under_load, all_at_once):
         found = shipped_band(stored, regime, moe, family, engine, group, backend)
+        formats = f"{family} weights, " if regime in FORMAT_REGIMES else ""
+        basis = (f"{regime}: no held-out rows, no interval" if found is None else
+                 f"{regime}: {model_type(moe)} models, {formats}{engine} on {group} ({backend or 'any backend'}), "
+                 f"shrunk towards its parents, widened {widening_for(stored, regime):g}x")
+        bases.append(basis)
         if found is None:
-            bases.append(f"{regime}: no held-out rows, no interval")
             continue
         low, high = found
-        formats = f"{family} weights, " if regime in FORMAT_REGIMES else ""
-        bases.append(f"{regime}: {model_type(moe)} models, {formats}{engine} on {group} "
-                     f"({backend or 'any backend'}), shrunk towards its parents, widened "
-                     f"{widening_for(stored, regime):g}x")
         for key in speeds:
             if _finite(results.get(key)):
                 out[f"{key}_low"] = results[key] * low

@@ -222,15 +222,15 @@ def _speed_rows(r: dict, finite_run: int = 0) -> list[tuple[str, str]]:
     tokens/s is over the run."""
     if "steady_batch" in r:
         return [
-            ("TTFT (with queueing)", seconds(r["ttft_s"])),
+            ("TTFT (with queueing)", seconds(r["ttft_s"]) + _range(r, "ttft_s", seconds)),
             ("prefill of one prompt alone", seconds(r["ttft_prefill_s"])),
-            ("ITL (mean, with the prompts' cost)", seconds(r["itl_s"])),
+            ("ITL (mean, with the prompts' cost)", seconds(r["itl_s"]) + _range(r, "itl_s", seconds)),
             ("ITL at the last step (context prompt + output)", seconds(r["itl_end_s"])),
-            ("decode tokens/s per user", rate(r["decode_tps_per_seq"])),
+            ("decode tokens/s per user", rate(r["decode_tps_per_seq"]) + _range(r, "decode_tps_per_seq", rate)),
             (f"output tokens/s over the run of {finite_run:,} requests" if finite_run else
-             "output tokens/s, all users", rate(r["throughput_out_tps"])),
+             "output tokens/s, all users", rate(r["throughput_out_tps"]) + _range(r, "throughput_out_tps", rate)),
             ("requests/s served", f"{r['request_rate']:.2f}"),
-            ("end-to-end latency", seconds(r["e2e_latency_s"])),
+            ("end-to-end latency", seconds(r["e2e_latency_s"]) + _range(r, "e2e_latency_s", seconds)),
             ("TTFT p50 / p90 / p99", " / ".join(seconds(r[f"ttft_{q}_s"]) for q in ("p50", "p90", "p99"))),
             ("ITL p50 / p90 / p99", " / ".join(seconds(r[f"itl_{q}_s"]) for q in ("p50", "p90", "p99"))),
             ("end-to-end p99", seconds(r["e2e_p99_s"])),
@@ -238,12 +238,12 @@ def _speed_rows(r: dict, finite_run: int = 0) -> list[tuple[str, str]]:
         ]
     if "prefill_phase_s" in r:   # an all-at-once run (docs/formulas.md §14)
         return [
-            ("TTFT (mean over the requests)", seconds(r["ttft_s"])),
+            ("TTFT (mean over the requests)", seconds(r["ttft_s"]) + _range(r, "ttft_s", seconds)),
             ("all prompts prefilled after", seconds(r["prefill_phase_s"]) if math.isfinite(r["prefill_phase_s"])
              else NOT_AVAILABLE),
-            ("TPOT (mean time per output token after the first)", seconds(r["itl_s"])),
-            ("end-to-end latency (mean)", seconds(r["e2e_latency_s"])),
-            ("output tokens/s over the run", rate(r["throughput_out_tps"])),
+            ("TPOT (mean time per output token after the first)", seconds(r["itl_s"]) + _range(r, "itl_s", seconds)),
+            ("end-to-end latency (mean)", seconds(r["e2e_latency_s"]) + _range(r, "e2e_latency_s", seconds)),
+            ("output tokens/s over the run", rate(r["throughput_out_tps"]) + _range(r, "throughput_out_tps", rate)),
             ("TTFT p50 / p90 / p99", " / ".join(seconds(r[f"ttft_{q}_s"]) for q in ("p50", "p90", "p99"))),
             ("ITL p50 / p90 / p99", " / ".join(seconds(r[f"itl_{q}_s"]) for q in ("p50", "p90", "p99"))),
             ("end-to-end p99", seconds(r["e2e_p99_s"])),
