@@ -116,6 +116,10 @@ class EngineDefaults(Frozen):
                                         "chunks (vLLM V1's max_num_batched_tokens, SGLang's chunked_prefill_size): "
                                         "it bounds the prefill workspace; None: whole prompts. A property of the "
                                         "engine's defaults, never fitted")
+    embedding_on_host: bool = Field(
+        default=False, description="its input embedding table stays in host memory and only the looked-up rows "
+                                   "reach the device (llama.cpp keeps the input layer on the CPU): an untied "
+                                   "embedding takes no device memory; a property of the engine, never fitted")
     prefill_runs_alone: bool = Field(
         default=False, description="a step that prefills carries no decode tokens, and waiting prompts go before "
                                    "the running batch (SGLang's scheduler); False: decode tokens ride along in "
@@ -199,10 +203,14 @@ def memory_utilization(engine: EngineDefaults, tp) -> np.ndarray:
     return share
 
 
-def memory_budget(engine: EngineDefaults, tp) -> dict:
+def memory_budget(engine: EngineDefaults, tp, ubatch_tokens=np.inf) -> dict:
     """The engine's memory budget as memory_fit takes it: ``engine_share``, ``kv_free_fraction`` and
-    ``chunk_tokens`` (docs/formulas.md §3)."""
+    ``chunk_tokens``, the most prompt tokens one pass holds: its chunk, or for an engine that runs prompts in
+    micro-batches the micro-batch of ``ubatch_tokens`` (llama.cpp sizes its compute buffer for one n_ubatch;
+    docs/formulas.md §3)."""
     chunk = np.inf if engine.prefill_chunk_tokens is None else float(engine.prefill_chunk_tokens)
+    if engine.prefill_in_ubatches:
+        chunk = np.minimum(chunk, np.asarray(ubatch_tokens, dtype=float))
     return {"engine_share": memory_utilization(engine, tp), "kv_free_fraction": engine.kv_free_fraction,
             "chunk_tokens": chunk}
 

@@ -346,15 +346,17 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     if np.any(cpu_layers > 0) and host is None:
         raise ConfigurationError("MoE experts on the host CPU (cpu_moe) need the host CPU's rates; pass host=")
     host_experts = cpu_expert_bytes_stored(m, f, cpu_layers) / (tp * pp)   # held in host RAM, not on the device
-    budget = memory_budget(engine, tp)
+    # so is an input embedding the engine keeps there (an untied one: a tied table is also the output head)
+    host_weights = host_experts + np.where(engine.embedding_on_host, tr.input_embedding_bytes(m, f), 0.0) / (tp * pp)
+    budget = memory_budget(engine, tp, serving["ubatch_tokens"])
     memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, draft=draft,
-                        host_weight_bytes=host_experts, attention_dp=attention_dp, **budget)
+                        host_weight_bytes=host_weights, attention_dp=attention_dp, **budget)
     share = device_weight_share(serving["offload"], serving["gpu_layers"], m["layers"],
                                 memory["memory_weights_bytes"], memory["room_for_weights_bytes"])
     if serving["offload"] != NONE:  # re-plan the memory with the offloaded part on the host
         kv_share = np.where(serving["offload"] == LAYERS, share, 1.0)
         memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, share, kv_share, draft,
-                            host_weight_bytes=host_experts, attention_dp=attention_dp, **budget)
+                            host_weight_bytes=host_weights, attention_dp=attention_dp, **budget)
     node = np.asarray(layout.get("node", DEFAULT_NODE_DEVICES), dtype=float)
     network = np.asarray(layout.get("network_bytes_per_s", DEFAULT_NETWORK_BYTES_PER_S), dtype=float)
     s = _Setup(m, hw, f, kv_bits, tp, pp, ep, serving, engine, effective_rates(hw, f, peak_linear_flops_per_s, engine),

@@ -50,14 +50,20 @@ def kv_cache_bytes_per_sequence(m, kv_bits, context, tp):
 PREFILL_TOKEN_BUDGET = 8192
 
 
+SCORE_BYTES = 4   # an unfused score matrix is fp32 at its softmax (llama.cpp's KQ is F32; eager models upcast)
+
+
 def activation_workspace_bytes(m, B, T, fused_attention, chunk_tokens=np.inf):
     """Prefill workspace of the peak layer for B prompts of T tokens, within the token budget; an engine that
-    splits prompts into chunks of ``chunk_tokens`` (vLLM V1, SGLang) never holds more than one chunk's."""
+    splits prompts into chunks of ``chunk_tokens`` (vLLM V1 and SGLang chunks, llama.cpp's micro-batches,
+    ExLlamaV2's max_input_len) never holds more than one chunk's, and without fused attention its scores are
+    one chunk's queries against the prompt's keys, not T × T."""
     tokens = np.minimum(np.minimum(B * T, np.maximum(T, PREFILL_TOKEN_BUDGET)), chunk_tokens)
     sequences = np.maximum(np.floor(tokens / np.maximum(T, 1)), 1)
+    queries = np.minimum(T, tokens)          # one sequence's queries in the pass (a chunk of its prompt)
     widest = np.maximum(m["ffn_width"], (m["heads"] + 2 * m["kv_heads"]) * m["head_dim"])
     matmul_outputs = tokens * (2 * m["hidden"] + widest) * ACTIVATION_BYTES
-    scores = np.where(fused_attention, 0.0, sequences * m["heads"] * T * T * ACTIVATION_BYTES)
+    scores = np.where(fused_attention, 0.0, sequences * m["heads"] * queries * T * SCORE_BYTES)
     return matmul_outputs + scores + np.minimum(B, sequences) * m["vocab"] * LOGIT_BYTES
 
 

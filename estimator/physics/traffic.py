@@ -114,6 +114,13 @@ def weight_bytes_stored(m, f):
         + m["params_norms"] * ACTIVATION_BYTES
 
 
+def input_embedding_bytes(m, f):
+    """The input embedding table where it is not also the output head (untied): V·d at the embedding's bits.
+    An engine that keeps its input layer in host memory (llama.cpp) holds these bytes off the device; a tied
+    table is the head too, which the device holds."""
+    return np.where(m["head_tied"] > 0, 0.0, m["params_embedding"] * f["embedding_bits"] / 8)
+
+
 def host_embedding_bytes(m, f):
     """The per-layer-embedding table, kept in host memory: V_ple·L·d_ple at the embedding's bits.
 

@@ -113,7 +113,8 @@ KERNEL_PROPERTIES = ("fp16_accumulate", "torch_kernels", "eager_host", "per_expe
                      "expands_grouped_kv", "unfused_elementwise", "reference_decoder")
 # How the engine budgets memory and schedules its steps: its own defaults whatever the backend, so a variant
 # takes its engine's.
-MEMORY_PROPERTIES = ("memory_utilization", "kv_free_fraction", "prefill_chunk_tokens", "prefill_runs_alone")
+MEMORY_PROPERTIES = ("memory_utilization", "kv_free_fraction", "prefill_chunk_tokens", "prefill_runs_alone",
+                     "embedding_on_host")
 
 
 def parameters_from(theta, **properties) -> EngineDefaults:

@@ -1,0 +1,62 @@
+"""How engines hold a prompt's workspace and their weights (docs/formulas.md §3).
+
+Each case is a published run the estimator used to call "does not fit": llama.cpp sizes its compute buffer
+for one micro-batch of n_ubatch tokens and keeps the input embedding on the host; ExLlamaV2 runs a long
+prompt in passes of max_input_len tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from estimator import estimate
+from estimator.units import GB
+
+LLAMA3_8B = {"hidden": 4096, "ffn": 14336, "heads": 32, "vocab": 128256}
+
+
+def _unfused(engine: str, gpu: str, model="llama-3-8b", fmt="Q4_K_M", prompt=8192):
+    return estimate(model, gpu, engine=engine, weight_format=fmt, prompt_tokens=prompt, output_tokens=1,
+                    attention="unfused", calibration="none")
+
+
+def test_llama_cpp_holds_one_micro_batch_of_an_unfused_prompt():
+    """Llama-3-8B Q4_K_M, an 8,192-token prompt without flash attention, on an 8 GB RTX 3070: llama-bench ran
+    it (xiongjiedai/GPU-Benchmarks-on-LLM-Inference, pp8192). A pass holds 512 queries against 8,192 keys,
+    in fp32: 32 · 512 · 8192 · 4 B = 537 MB of scores, not the 8.6 GB of one 8,192 × 8,192 pass."""
+    m = LLAMA3_8B
+    e = _unfused("llama.cpp", "rtx 3070")
+    matmul_outputs = 512 * (2 * m["hidden"] + 2 * m["ffn"]) * 2   # the widest output: gate and up together
+    scores = m["heads"] * 512 * 8192 * 4
+    logits = m["vocab"] * 4
+    assert e.results["memory_activation_bytes"] == pytest.approx(matmul_outputs + scores + logits, rel=1e-9)
+    assert e.results["fits"]
+    whole = _unfused("generic", "rtx 3070")   # an engine that runs the whole prompt in one pass
+    assert whole.results["memory_activation_bytes"] > 8 * GB and not whole.results["fits"]
+
+
+def test_llama_cpp_keeps_an_untied_input_embedding_on_the_host():
+    """gpt-oss-20b MXFP4 (12.1 GB of weights) on a 12 GB RTX 3060 ran (geerlingguy/ai-benchmarks): its
+    201,088 × 2,880 input embedding stays in host memory. A tied embedding is also the output head, which the
+    device holds, so a tied model's device weights do not change."""
+    for model, tied in (("llama-3-8b", False), ("qwen2.5-0.5b", True)):
+        on_device, on_host = (estimate(model, "rtx 4090", engine=name, weight_format="Q8_0", calibration="none")
+                              for name in ("generic", "llama.cpp"))
+        saved = on_device.results["memory_weights_bytes"] - on_host.results["memory_weights_bytes"]
+        if tied:
+            assert saved == pytest.approx(0.0, abs=1.0)
+        else:   # V · d at Q8_0's 8.5 bits
+            assert saved == pytest.approx(LLAMA3_8B["vocab"] * LLAMA3_8B["hidden"] * 8.5 / 8, rel=1e-6)
+    gpt_oss = estimate("gpt-oss-20b", "rtx 3060", engine="llama.cpp", weight_format="MXFP4_MOE",
+                       prompt_tokens=1, output_tokens=128, calibration="none")
+    assert gpt_oss.results["fits"]
+
+
+def test_exllamav2_runs_a_long_prompt_in_passes_of_max_input_len():
+    """Llama-3-8B EXL2 8 bpw, a 16k prompt without flash attention, on a 24 GB RTX 4090 (matt-c1's speed
+    measurements): ExLlamaV2 feeds at most max_input_len = 2,048 tokens a pass, so the scores are 2,048
+    queries against the prompt's keys."""
+    e = _unfused("ExLlamaV2", "rtx 4090", fmt="exl2-8bpw", prompt=15998)
+    scores = LLAMA3_8B["heads"] * 2048 * 15998 * 4
+    assert scores < e.results["memory_activation_bytes"] < scores + 0.2 * GB
+    assert e.results["fits"]
