@@ -7,10 +7,13 @@ prompt in passes of max_input_len tokens.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from estimator import estimate
 from estimator.units import GB
+from tests.helpers import cli
 
 LLAMA3_8B = {"hidden": 4096, "ffn": 14336, "heads": 32, "vocab": 128256}
 
@@ -60,3 +63,16 @@ def test_exllamav2_runs_a_long_prompt_in_passes_of_max_input_len():
     scores = LLAMA3_8B["heads"] * 2048 * 15998 * 4
     assert scores < e.results["memory_activation_bytes"] < scores + 0.2 * GB
     assert e.results["fits"]
+
+
+def test_an_apple_gpu_reserves_macos_share_once(capsys):
+    """Llama-3-8B Q4_K_M on an 8 GB M1 ran (xiongjiedai, pp512 and tg512). Metal's working-set limit already
+    leaves macOS its share, so an Apple chip reserves only the runtime's 0.5 GiB inside it; a Linux SoC keeps
+    2 GiB for its operating system."""
+    apple = _unfused("llama.cpp", "Apple M1 (7-core GPU)", prompt=512)
+    spark = _unfused("llama.cpp", "dgx spark", prompt=512)
+    assert apple.results["memory_reserve_bytes"] == pytest.approx(0.5 * 2**30)
+    assert spark.results["memory_reserve_bytes"] == pytest.approx(2 * 2**30)
+    code, out, _ = cli(capsys, "estimate", "--model", "llama-3-8b", "--gpu", "Apple M1 (7-core GPU)", "--memory-gib", "8",
+                   "--engine", "llama.cpp", "--format", "Q4_K_M", "--prompt", "512", "--output", "1", "--json")
+    assert code == 0 and json.loads(out)["fits"]

@@ -147,6 +147,15 @@ UNIFIED = DeviceDefaults(
     basis="unified LPDDR SoCs: GPU reaches ~85% of peak bandwidth; macOS caps GPU-wired memory at about "
           "two thirds to three quarters of RAM by default (recommendedMaxWorkingSetSize), and the OS "
           "itself lives in the same memory")
+# Metal's recommendedMaxWorkingSetSize, the most memory the GPU may wire, is itself macOS's allowance for the GPU
+# (llama.cpp's Metal logs: 10,922.67 MB on 16 GB and 21,845.34 MB on 32 GB, two thirds; 51,539.61 MB on 64 GB,
+# three quarters; later macOS releases report 0.74-0.81): the OS's share is already outside it, so inside it only
+# the runtime's own buffers are reserved, not the 2 GiB a Linux SoC keeps for its operating system.
+APPLE_UNIFIED = UNIFIED.model_copy(update={
+    "runtime_reserve_bytes": 0.5 * GiB,
+    "basis": "Apple unified memory: the GPU reaches ~85% of peak bandwidth; Metal's working-set limit "
+             "(recommendedMaxWorkingSetSize, 2/3 to 3/4 of RAM by macOS release and size) already leaves macOS its "
+             "share, so only the runtime's own buffers (0.5 GiB) are reserved inside it"})
 CPU = DeviceDefaults(
     bandwidth_eff=0.75, compute_eff=0.50, usable_memory_fraction=0.90, runtime_reserve_bytes=4 * GiB,
     basis="STREAM triad on DDR5 servers reaches ~75-80% of channel peak; AMX/AVX-512 GEMMs in inference "
@@ -266,7 +275,7 @@ def _class_defaults(hw: Hardware) -> DeviceDefaults:
     if hw.device_class is DeviceClass.cpu:
         return CPU
     if hw.device_class is DeviceClass.soc_unified:
-        return UNIFIED
+        return APPLE_UNIFIED if hw.vendor == "Apple" else UNIFIED
     if hw.memory.type in _HBM_TYPES:
         return HBM
     if hw.memory.type in _GDDR_TYPES:
