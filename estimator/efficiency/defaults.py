@@ -144,9 +144,9 @@ GDDR = DeviceDefaults(
           "hence a lower compute share than HBM parts")
 UNIFIED = DeviceDefaults(
     bandwidth_eff=0.85, compute_eff=0.70, usable_memory_fraction=0.75, runtime_reserve_bytes=2 * GiB,
-    basis="unified LPDDR SoCs: GPU reaches ~85% of peak bandwidth; macOS caps GPU-wired memory at about "
-          "two thirds to three quarters of RAM by default (recommendedMaxWorkingSetSize), and the OS "
-          "itself lives in the same memory")
+    basis="unified LPDDR SoCs (Linux iGPUs, Jetson, DGX Spark): GPU reaches ~85% of peak bandwidth; the GPU "
+          "maps about three quarters of the memory (a Linux iGPU's GTT limit) and the OS itself lives in the "
+          "same memory")
 # Metal's recommendedMaxWorkingSetSize, the most memory the GPU may wire, is itself macOS's allowance for the GPU
 # (llama.cpp's Metal logs: 10,922.67 MB on 16 GB and 21,845.34 MB on 32 GB, two thirds; 51,539.61 MB on 64 GB,
 # three quarters; later macOS releases report 0.74-0.81): the OS's share is already outside it, so inside it only
