@@ -27,6 +27,7 @@ from estimator.errors import (
     write_atomically,
 )
 from estimator.evaluation.api import estimate, resolve_calibrated_hardware, speculative_speedup_grid
+from estimator.evaluation.resolve import resolve_engine
 from estimator.formatting import stderr_progress, to_json
 from estimator.planning import disaggregation as disagg
 from estimator.reporting import catalog
@@ -62,7 +63,7 @@ def _estimate_kwargs(args: argparse.Namespace) -> dict:
         max_num_seqs=args.max_num_seqs, num_requests=args.num_requests or 0, prefix_hit_rate=args.prefix_hit_rate, lengths=args.lengths,
         expert_skew=args.expert_skew, kv_offload=args.kv_offload, kv_offload_gib=args.kv_offload_gib,
         calibration=args.profile if chosen else None if args.calibration == "none" else args.calibration,
-        engine=args.engine, cpu_moe="all" if args.cpu_moe else (args.n_cpu_moe or 0))
+        engine=args.engine, cpu_moe="all" if args.cpu_moe else (args.n_cpu_moe or 0), ubatch_tokens=args.ubatch_size)
 
 
 def _refuse(args: argparse.Namespace, dests: Sequence[str], why: str) -> None:
@@ -103,6 +104,18 @@ def _check_estimate(args: argparse.Namespace) -> None:
         _refuse(args, ("host_cpu",), "runs what --gpu-layers or --cpu-moe leaves to the host; add one of them")
     if args.kv_alloc == "contiguous":
         _refuse(args, ("kv_block",), "sizes paged KV blocks, which --kv-alloc contiguous does not use")
+    if not (args.cpu_moe or args.n_cpu_moe or _runs_prompts_in_micro_batches(args.engine)):
+        _refuse(args, ("ubatch_size",), "llama.cpp's micro-batch, used by an engine that runs prompts in micro-batches "
+                                        "(--engine llama.cpp) or with experts on the host (--cpu-moe); drop it")
+
+
+def _runs_prompts_in_micro_batches(name: str | None) -> bool:
+    """Whether the named engine runs prompts in micro-batches; True for a name that does not resolve, whose error
+    the estimate itself reports."""
+    try:
+        return resolve_engine(name or "generic").parameters.prefill_in_ubatches
+    except RooflineError:
+        return True
 
 
 PLAN_FLAGS = ("model", "prompt", "output", "concurrency", "rate", "max_num_seqs", "max_ttft_s", "min_tps_per_user",

@@ -11,6 +11,7 @@ import math
 import re
 from typing import Sequence
 
+from estimator.physics.offload import DEFAULT_UBATCH_TOKENS
 from estimator.planning.spec import MAX_DEVICES as MAX_PLAN_DEVICES
 from estimator.specs.hardware import DeviceClass
 
@@ -143,6 +144,9 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
                               "CPU (--host-cpu); attention and dense layers stay on the GPU")
     experts.add_argument("--n-cpu-moe", type=_whole(1), metavar="N",
                          help="llama.cpp --n-cpu-moe N: the routed experts of the first N MoE layers on the host CPU")
+    p.add_argument("--ubatch-size", type=_whole(1), default=DEFAULT_UBATCH_TOKENS, metavar="N",
+                   help="llama.cpp -ub: prompts run in micro-batches of N tokens, which size the prompt workspace "
+                        "and the passes over a MoE prompt's experts (default 512)")
     p.add_argument("--host-cpu", default="AMD Ryzen 9 7950X", type=_name,
                    help="host CPU for --gpu-layers (default 7950X)")
     p.add_argument("--draft-model", type=_name, help="speculative decoding: draft model (name, alias or config.json)")

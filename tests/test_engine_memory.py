@@ -73,6 +73,23 @@ def test_an_apple_gpu_reserves_macos_share_once(capsys):
     spark = _unfused("llama.cpp", "dgx spark", prompt=512)
     assert apple.results["memory_reserve_bytes"] == pytest.approx(0.5 * 2**30)
     assert spark.results["memory_reserve_bytes"] == pytest.approx(2 * 2**30)
-    code, out, _ = cli(capsys, "estimate", "--model", "llama-3-8b", "--gpu", "Apple M1 (7-core GPU)", "--memory-gib", "8",
-                   "--engine", "llama.cpp", "--format", "Q4_K_M", "--prompt", "512", "--output", "1", "--json")
+    code, out, _ = cli(capsys, "estimate", "--model", "llama-3-8b", "--gpu", "Apple M1 (7-core GPU)", "--memory-gib",
+                       "8", "--engine", "llama.cpp", "--format", "Q4_K_M", "--prompt", "512", "--output", "1", "--json")
     assert code == 0 and json.loads(out)["fits"]
+
+
+def test_the_micro_batch_is_a_flag_of_the_engines_that_use_it(capsys):
+    """--ubatch-size sizes llama.cpp's prompt workspace (and says so in the commands to measure it); an engine
+    that runs whole prompts has no micro-batch, so the flag is refused rather than ignored."""
+    args = ["estimate", "--model", "llama-3-8b", "--gpu", "rtx 3070", "--format", "Q4_K_M", "--prompt", "8192",
+            "--attention", "unfused", "--json"]
+    small, large = (json.loads(cli(capsys, *args, "--engine", "llama.cpp", "--ubatch-size", n)[1])
+                    for n in ("512", "2048"))
+    growth = LLAMA3_8B["heads"] * (2048 - 512) * 8192 * 4
+    assert large["memory_activation_bytes"] - small["memory_activation_bytes"] > growth
+    assert small["fits"] and not large["fits"]   # 2.3 GB of workspace no longer fits beside 5.8 GB of weights and KV
+    code, out, err = cli(capsys, *args, "--engine", "vllm", "--ubatch-size", "2048")
+    assert code == 2 and not out and "--ubatch-size" in err and "Traceback" not in err
+    code, out, _ = cli(capsys, "estimate", "--model", "llama-3-8b", "--gpu", "rtx 3070", "--engine", "llama.cpp",
+                       "--format", "Q4_K_M", "--ubatch-size", "1024")
+    assert code == 0 and "-b 2048 -ub 1024 " in out

@@ -152,6 +152,7 @@ ESTIMATE_FLAGS = {
     "--kv-offload": choice(["none", "cpu", "disk"]), "--kv-offload-gib": number(0, 1e6, [0.0, 64.0]),
     "--lengths": st.one_of(file_arg(["@lengths", "@bad_lengths"]), names(["chat", "sharegpt"])),
     "--cpu-moe": SWITCH, "--n-cpu-moe": whole(1, 10**9, [1, 4, 100]),
+    "--ubatch-size": whole(1, 10**9, [1, 512, 2048]),
     "--memory-gib": number(0, 1e12, [24.0, 64.0, 128.0, 96.0], above=True),
     "--request-rate": number(1e-6, 1e9, [0.5, 1e-6]),
     "--prefill-gpus": whole(1, 65_536, [1, 2]), "--decode-gpus": whole(1, 65_536, [1, 2]),

@@ -38,6 +38,7 @@ from estimator.evaluation.resolve import (
     resolve_weight_format,
 )
 from estimator.evaluation.results import AXES, ResultTable
+from estimator.physics.offload import DEFAULT_UBATCH_TOKENS
 from estimator.serving.lengths import length_mix
 from estimator.serving.workload import (
     DEFAULT_HOST_CPU,
@@ -291,7 +292,7 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
              weight_format: str | None = None, kv_format: str = "f16", batch: int = 1,
              prompt_tokens: int = 512, output_tokens: int = 256, kv_alloc: str = "paged", kv_block_tokens: int = 16,
              prefix_tokens: int = 0, attention: str = "fused", offload: str = "none", gpu_layers: int | None = None,
-             cpu_moe: int | str = 0,
+             cpu_moe: int | str = 0, ubatch_tokens: int = DEFAULT_UBATCH_TOKENS,
              host_cpu: str = DEFAULT_HOST_CPU, draft_model: str | None = None, draft_tokens: int = 0,
              acceptance: float = 0.7, draft_cost: float = 0.0, concurrency: int = 0, rate: float = 0.0,
              chunked_prefill: int = 0, max_num_seqs: int | None = None, num_requests: int = 0,
@@ -332,7 +333,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     layout = Layout.from_devices(devices=n_gpus, tp=tp, pp=pp, ep=ep, model=spec, devices_per_node=devices_per_node,
                                  network_gbps=network_gbps, attention_dp=attention_dp)
     serving = _serving(kv_alloc=kv_alloc, kv_block_tokens=kv_block_tokens, prefix_tokens=prefix_tokens,
-                       attention=attention, offload=offload, gpu_layers=gpu_layers, cpu_moe=cpu_moe, host_cpu=host_cpu,
+                       attention=attention, offload=offload, gpu_layers=gpu_layers, cpu_moe=cpu_moe,
+                       ubatch_tokens=ubatch_tokens, host_cpu=host_cpu,
                        draft_model=draft_model, draft_tokens=draft_tokens, acceptance=acceptance, draft_cost=draft_cost,
                        concurrency=concurrency, rate=rate, chunked_prefill=chunked_prefill,
                        max_num_seqs=max_num_seqs, num_requests=num_requests, prefix_hit_rate=prefix_hit_rate,

@@ -25,6 +25,7 @@ import re
 import shlex
 
 from estimator.evaluation.api import Estimate
+from estimator.physics.offload import DEFAULT_UBATCH_TOKENS
 
 GPU_VENDORS = ("NVIDIA", "AMD")
 SERVING_ENGINES = ("vllm", "sglang", "tensorrt-llm", "generic")
@@ -41,7 +42,7 @@ def inputs_of(e: Estimate) -> dict:
     return {**{k: d[k] for k in ("model", "hf_id", "hardware", "n_gpus", "tp", "pp", "ep", "attention_dp",
                                  "engine", "weight_format",
                                  "kv_format", "batch", "prompt_tokens", "output_tokens", "concurrency", "rate",
-                                 "attention", "gpu_layers", "chunked_prefill")},
+                                 "attention", "gpu_layers", "chunked_prefill", "ubatch_tokens")},
             # a length mix is measured at its mean lengths (whole tokens): the tools take one length
             "prompt_tokens": round(d["prompt_tokens"]), "output_tokens": round(d["output_tokens"]),
             "vendor": e.hardware.vendor, "device_class": e.hardware.device_class.value,
@@ -64,8 +65,11 @@ def llama_cpp(i: dict) -> list[dict]:
     ngl = 0 if i["device_class"] == "cpu" else (i["gpu_layers"] if i["gpu_layers"] is not None else 99)
     model = _q(f"{i['model']}-{i['weight_format']}.gguf")
     ubatch = i["chunked_prefill"] or LLAMA_BENCH_BATCH
+    # the physical micro-batch, when it is not llama.cpp's default
+    ubatch_tokens = i.get("ubatch_tokens", DEFAULT_UBATCH_TOKENS)
+    micro = f" -ub {ubatch_tokens}" if ubatch_tokens != DEFAULT_UBATCH_TOKENS else ""
     out = [{"tool": "llama-bench", "command":
-            f"llama-bench -m {model} -p {i['prompt_tokens']} -n {i['output_tokens']} -b {ubatch} -ngl {ngl}"
+            f"llama-bench -m {model} -p {i['prompt_tokens']} -n {i['output_tokens']} -b {ubatch}{micro} -ngl {ngl}"
             f" -fa {1 if i['attention'] == 'fused' else 0}"}]
     sequences = i["concurrency"] or i["batch"]
     if sequences > 1 or i["rate"]:
@@ -73,7 +77,7 @@ def llama_cpp(i: dict) -> list[dict]:
         # changed form across builds (a switch, then on/off/auto), so it is left to the build's default.
         context = sequences * (i["prompt_tokens"] + i["output_tokens"])
         out.append({"tool": "llama-batched-bench", "command":
-                    f"llama-batched-bench -m {model} -c {context} -b {ubatch} -npp {i['prompt_tokens']} "
+                    f"llama-batched-bench -m {model} -c {context} -b {ubatch}{micro} -npp {i['prompt_tokens']} "
                     f"-ntg {i['output_tokens']} -npl {sequences} -ngl {ngl}"})
     return out
 

@@ -184,8 +184,9 @@ class ServingOptions(BaseModel):
         default=0, description="llama.cpp --n-cpu-moe N / --cpu-moe: the routed experts of the first N MoE layers "
                                "('all': every MoE layer) stay in host memory and run on the host CPU")
     ubatch_tokens: int = Field(default=DEFAULT_UBATCH_TOKENS, ge=1,
-                               description="llama.cpp micro-batch (-ub, n_ubatch): host-resident experts cross the "
-                                           "host link once per micro-batch of prompt tokens")
+                               description="llama.cpp micro-batch (-ub, n_ubatch): a prompt runs in passes of this "
+                                           "many tokens, so its workspace holds one pass, a MoE prompt touches its "
+                                           "experts once a pass and host-resident experts cross the link once a pass")
     draft_model: str | None = Field(default=None, description="speculative decoding: draft model name")
     draft_tokens: int = Field(default=0, ge=0, le=64, description="speculative decoding: tokens drafted per step (γ)")
     acceptance: float = Field(default=0.7, ge=0, le=1, description="per-token acceptance rate of drafts (α)")
