@@ -63,7 +63,8 @@ def _estimate_kwargs(args: argparse.Namespace) -> dict:
         max_num_seqs=args.max_num_seqs, num_requests=args.num_requests or 0, prefix_hit_rate=args.prefix_hit_rate, lengths=args.lengths,
         expert_skew=args.expert_skew, kv_offload=args.kv_offload, kv_offload_gib=args.kv_offload_gib,
         calibration=args.profile if chosen else None if args.calibration == "none" else args.calibration,
-        engine=args.engine, cpu_moe="all" if args.cpu_moe else (args.n_cpu_moe or 0), ubatch_tokens=args.ubatch_size)
+        engine=args.engine, cpu_moe="all" if args.cpu_moe else (args.n_cpu_moe or 0),
+        ubatch_tokens=args.ubatch_size)
 
 
 def _refuse(args: argparse.Namespace, dests: Sequence[str], why: str) -> None:

@@ -64,12 +64,12 @@ def tool_for(i: dict) -> str | None:
 def llama_cpp(i: dict) -> list[dict]:
     ngl = 0 if i["device_class"] == "cpu" else (i["gpu_layers"] if i["gpu_layers"] is not None else 99)
     model = _q(f"{i['model']}-{i['weight_format']}.gguf")
-    ubatch = i["chunked_prefill"] or LLAMA_BENCH_BATCH
+    logical_batch = i["chunked_prefill"] or LLAMA_BENCH_BATCH
     # the physical micro-batch, when it is not llama.cpp's default
     ubatch_tokens = i.get("ubatch_tokens", DEFAULT_UBATCH_TOKENS)
     micro = f" -ub {ubatch_tokens}" if ubatch_tokens != DEFAULT_UBATCH_TOKENS else ""
     out = [{"tool": "llama-bench", "command":
-            f"llama-bench -m {model} -p {i['prompt_tokens']} -n {i['output_tokens']} -b {ubatch}{micro} -ngl {ngl}"
+            f"llama-bench -m {model} -p {i['prompt_tokens']} -n {i['output_tokens']} -b {logical_batch}{micro} -ngl {ngl}"
             f" -fa {1 if i['attention'] == 'fused' else 0}"}]
     sequences = i["concurrency"] or i["batch"]
     if sequences > 1 or i["rate"]:
@@ -77,7 +77,7 @@ def llama_cpp(i: dict) -> list[dict]:
         # changed form across builds (a switch, then on/off/auto), so it is left to the build's default.
         context = sequences * (i["prompt_tokens"] + i["output_tokens"])
         out.append({"tool": "llama-batched-bench", "command":
-                    f"llama-batched-bench -m {model} -c {context} -b {ubatch}{micro} -npp {i['prompt_tokens']} "
+                    f"llama-batched-bench -m {model} -c {context} -b {logical_batch}{micro} -npp {i['prompt_tokens']} "
                     f"-ntg {i['output_tokens']} -npl {sequences} -ngl {ngl}"})
     return out
 
