@@ -192,10 +192,9 @@ def interval_columns(results: dict, limit: dict, moe: bool, family: str, engine:
     for regime, speeds, times in estimate_regimes(batch, under_load, all_at_once):
         found = shipped_band(stored, regime, moe, family, engine, group, backend)
         formats = f"{family} weights, " if regime in FORMAT_REGIMES else ""
-        basis = (f"{regime}: no held-out rows, no interval" if found is None else
-                 f"{regime}: {model_type(moe)} models, {formats}{engine} on {group} ({backend or 'any backend'}), "
-                 f"shrunk towards its parents, widened {widening_for(stored, regime):g}x")
-        bases.append(basis)
+        bases.append(f"{regime}: no held-out rows, no interval" if found is None else
+                     f"{regime}: {model_type(moe)} models, {formats}{engine} on {group} ({backend or 'any backend'}), "
+                     f"shrunk towards its parents, widened {widening_for(stored, regime):g}x")
         if found is None:
             continue
         low, high = found

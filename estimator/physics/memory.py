@@ -48,8 +48,6 @@ def kv_cache_bytes_per_sequence(m, kv_bits, context, tp):
 
 
 PREFILL_TOKEN_BUDGET = 8192
-
-
 SCORE_BYTES = 4   # an unfused score matrix is fp32 at its softmax (llama.cpp's KQ is F32; eager models upcast)
 
 

@@ -208,6 +208,11 @@ def _load_text(e: Estimate) -> str:
             f"at once{queued}; steady decode batch {r['steady_batch']:.1f})")
 
 
+def _with_range(r: dict, key: str, fmt) -> str:
+    """The figure ``key`` and, when the estimate carries one, its 80% interval."""
+    return fmt(r[key]) + _range(r, key, fmt)
+
+
 def _range(r: dict, key: str, fmt) -> str:
     """' (80%: low-high)' when the estimate carries an interval for ``key``."""
     if f"{key}_low" not in r:
@@ -222,15 +227,15 @@ def _speed_rows(r: dict, finite_run: int = 0) -> list[tuple[str, str]]:
     tokens/s is over the run."""
     if "steady_batch" in r:
         return [
-            ("TTFT (with queueing)", seconds(r["ttft_s"]) + _range(r, "ttft_s", seconds)),
+            ("TTFT (with queueing)", _with_range(r, "ttft_s", seconds)),
             ("prefill of one prompt alone", seconds(r["ttft_prefill_s"])),
-            ("ITL (mean, with the prompts' cost)", seconds(r["itl_s"]) + _range(r, "itl_s", seconds)),
+            ("ITL (mean, with the prompts' cost)", _with_range(r, "itl_s", seconds)),
             ("ITL at the last step (context prompt + output)", seconds(r["itl_end_s"])),
-            ("decode tokens/s per user", rate(r["decode_tps_per_seq"]) + _range(r, "decode_tps_per_seq", rate)),
+            ("decode tokens/s per user", _with_range(r, "decode_tps_per_seq", rate)),
             (f"output tokens/s over the run of {finite_run:,} requests" if finite_run else
-             "output tokens/s, all users", rate(r["throughput_out_tps"]) + _range(r, "throughput_out_tps", rate)),
+             "output tokens/s, all users", _with_range(r, "throughput_out_tps", rate)),
             ("requests/s served", f"{r['request_rate']:.2f}"),
-            ("end-to-end latency", seconds(r["e2e_latency_s"]) + _range(r, "e2e_latency_s", seconds)),
+            ("end-to-end latency", _with_range(r, "e2e_latency_s", seconds)),
             ("TTFT p50 / p90 / p99", " / ".join(seconds(r[f"ttft_{q}_s"]) for q in ("p50", "p90", "p99"))),
             ("ITL p50 / p90 / p99", " / ".join(seconds(r[f"itl_{q}_s"]) for q in ("p50", "p90", "p99"))),
             ("end-to-end p99", seconds(r["e2e_p99_s"])),
@@ -238,23 +243,23 @@ def _speed_rows(r: dict, finite_run: int = 0) -> list[tuple[str, str]]:
         ]
     if "prefill_phase_s" in r:   # an all-at-once run (docs/formulas.md §14)
         return [
-            ("TTFT (mean over the requests)", seconds(r["ttft_s"]) + _range(r, "ttft_s", seconds)),
+            ("TTFT (mean over the requests)", _with_range(r, "ttft_s", seconds)),
             ("all prompts prefilled after", seconds(r["prefill_phase_s"]) if math.isfinite(r["prefill_phase_s"])
              else NOT_AVAILABLE),
-            ("TPOT (mean time per output token after the first)", seconds(r["itl_s"]) + _range(r, "itl_s", seconds)),
-            ("end-to-end latency (mean)", seconds(r["e2e_latency_s"]) + _range(r, "e2e_latency_s", seconds)),
-            ("output tokens/s over the run", rate(r["throughput_out_tps"]) + _range(r, "throughput_out_tps", rate)),
+            ("TPOT (mean time per output token after the first)", _with_range(r, "itl_s", seconds)),
+            ("end-to-end latency (mean)", _with_range(r, "e2e_latency_s", seconds)),
+            ("output tokens/s over the run", _with_range(r, "throughput_out_tps", rate)),
             ("TTFT p50 / p90 / p99", " / ".join(seconds(r[f"ttft_{q}_s"]) for q in ("p50", "p90", "p99"))),
             ("ITL p50 / p90 / p99", " / ".join(seconds(r[f"itl_{q}_s"]) for q in ("p50", "p90", "p99"))),
             ("end-to-end p99", seconds(r["e2e_p99_s"])),
         ]
     return [
-        ("TTFT (prefill, no queueing)", seconds(r["ttft_s"]) + _range(r, "ttft_s", seconds)),
-        ("prefill tokens/s", rate(r["prefill_tps"]) + _range(r, "prefill_tps", rate)),
-        ("ITL (mean over the generation)", seconds(r["itl_s"]) + _range(r, "itl_s", seconds)),
+        ("TTFT (prefill, no queueing)", _with_range(r, "ttft_s", seconds)),
+        ("prefill tokens/s", _with_range(r, "prefill_tps", rate)),
+        ("ITL (mean over the generation)", _with_range(r, "itl_s", seconds)),
         ("ITL at the last step (context prompt + output)", seconds(r["itl_end_s"])),
-        ("decode tokens/s per sequence", rate(r["decode_tps_per_seq"]) + _range(r, "decode_tps_per_seq", rate)),
-        ("decode tokens/s, whole batch", rate(r["decode_tps_total"]) + _range(r, "decode_tps_total", rate)),
+        ("decode tokens/s per sequence", _with_range(r, "decode_tps_per_seq", rate)),
+        ("decode tokens/s, whole batch", _with_range(r, "decode_tps_total", rate)),
         ("end-to-end latency", seconds(r["e2e_latency_s"])),
         ("TPOT inclusive of first token", seconds(r["tpot_inclusive_s"])),
     ]

@@ -66,11 +66,10 @@ def llama_cpp(i: dict) -> list[dict]:
     model = _q(f"{i['model']}-{i['weight_format']}.gguf")
     logical_batch = i["chunked_prefill"] or LLAMA_BENCH_BATCH
     # the physical micro-batch, when it is not llama.cpp's default
-    ubatch_tokens = i.get("ubatch_tokens", DEFAULT_UBATCH_TOKENS)
-    micro = f" -ub {ubatch_tokens}" if ubatch_tokens != DEFAULT_UBATCH_TOKENS else ""
+    micro = f" -ub {i['ubatch_tokens']}" if i["ubatch_tokens"] != DEFAULT_UBATCH_TOKENS else ""
     out = [{"tool": "llama-bench", "command":
-            f"llama-bench -m {model} -p {i['prompt_tokens']} -n {i['output_tokens']} -b {logical_batch}{micro} -ngl {ngl}"
-            f" -fa {1 if i['attention'] == 'fused' else 0}"}]
+            f"llama-bench -m {model} -p {i['prompt_tokens']} -n {i['output_tokens']} -b {logical_batch}{micro}"
+            f" -ngl {ngl} -fa {1 if i['attention'] == 'fused' else 0}"}]
     sequences = i["concurrency"] or i["batch"]
     if sequences > 1 or i["rate"]:
         # llama-bench decodes one sequence; batched-bench decodes -npl of them together. Its -fa flag
