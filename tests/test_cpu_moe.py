@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from estimator.efficiency.defaults import GENERIC_ENGINE
+from estimator.efficiency.rates import effective_rates
 from estimator.errors import ConfigurationError
 from estimator.evaluation.columns import compute_peak_table, format_columns, hardware_columns, kv_columns, model_columns
-from estimator.evaluation.fixed_batch import effective_rates, results_at_batch
+from estimator.evaluation.fixed_batch import results_at_batch
 from estimator.physics.offload import HOST_LINK_EFFICIENCY, cpu_moe_time
 from estimator.physics.roofline import BOUND_NAMES
 from estimator.serving.workload import DEFAULT_HOST_CPU, Layout, ServingOptions

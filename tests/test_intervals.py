@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from estimator import estimate, sweep
 from estimator.efficiency.defaults import GENERIC_ENGINE, PHYSICAL_LIMIT
-from estimator.evaluation.fixed_batch import effective_rates
+from estimator.efficiency.rates import effective_rates
 from estimator.evaluation.intervals import band, band_remark, cell_path, row_interval, shrunk_quantiles
 from estimator.reporting.estimate_text import format_estimate
 from tests.helpers import run

@@ -1,6 +1,7 @@
 """What an eager engine moves beyond a fused one (docs/formulas.md §13): grouped KV heads copied out per query head
-before attention (Hugging Face's repeat_kv), and a pass of its own for each elementwise op; the traffic each adds,
-the rate it runs at, and the H200 measurements they explain."""
+before attention (Hugging Face's repeat_kv, ExLlamaV2 without flash-attn), a quantized cache widened to 16 bits
+before attention reads it (ExLlamaV2), and a pass of its own for each elementwise op; the traffic each adds, the
+rate it runs at, and the H200 and RTX 4090 measurements they explain."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from pathlib import Path
 import pytest
 
 from estimator.efficiency.calibration_profile import load_profile
+from estimator.efficiency.defaults import GENERIC_ENGINE
 from estimator.efficiency.engine_profiles import engine, load_engines
+from estimator.efficiency.rates import effective_rates
 from estimator.evaluation.api import estimate, resolve_model
-from estimator.evaluation.columns import model_columns
+from estimator.evaluation.columns import compute_peak_table, format_columns, hardware_columns, model_columns
 from estimator.physics import traffic as tr
 from estimator.physics.roofline import pass_time
 from estimator.specs.database import load_database
+from estimator.specs.formats import weight_format
 
 H200_PROFILE = Path(__file__).parents[1] / "hardware_db/calibrations/nvidia-h200-sxm-141gb-vm.yaml"
 BF16 = {"dense_bits": 16.0, "expert_bits": 16.0, "head_bits": 16.0, "embedding_bits": 16.0}
@@ -55,6 +59,25 @@ def test_a_prefill_copies_the_whole_prompt_cache_out_in_every_layer(llama):
     assert float(expanded["attention"][0]) > float(plain["attention"][0])     # its tiles re-read the copy
 
 
+def test_a_widened_cache_is_read_compact_written_wide_and_attended_wide_by_hand(llama):
+    """The same 64 sequences with a 4.5-bit cache widened to 16 bits first: the copy reads the compact cache (1.23
+    GB) and writes the wide one (4.36 GB), attention reads the wide one; with grouped heads expanded 4 times on top,
+    the expansion copies from the wide entries: 1.23 + 4.36 + 5 x 4.36 GB of copies and 4 x 4.36 GB read."""
+    wide = 64 * 520 * 32 * 2 * 8 * 128 * 2
+    compact = wide * 4.5 / 16
+    read_as_stored = tr.decode_bytes(llama, BF16, 4.5, 64, 520.0, 520.0, 1, True)
+    widened = tr.decode_bytes(llama, BF16, 4.5, 64, 520.0, 520.0, 1, True, attended_bits=16)
+    both = tr.decode_bytes(llama, BF16, 4.5, 64, 520.0, 520.0, 1, False, expansion=4.0, attended_bits=16)
+    assert float(read_as_stored["kv_read"][0]) == pytest.approx(compact) and float(read_as_stored["kv_expand"][0]) == 0
+    assert float(widened["kv_read"][0]) == pytest.approx(wide)
+    assert float(widened["kv_expand"][0]) == pytest.approx(compact + wide)
+    assert float(both["kv_read"][0]) == pytest.approx(4 * wide)
+    assert float(both["kv_expand"][0]) == pytest.approx(compact + wide + 5 * wide)
+    assert float(widened["kv_write"][0]) == float(read_as_stored["kv_write"][0])   # new entries are stored compact
+    prefill = tr.prefill_bytes(llama, BF16, 4.5, 8, 2048.0, 1, True, attended_bits=16)
+    assert float(prefill["kv_expand"][0]) == pytest.approx(8 * 2048 * 32 * 2 * 8 * 128 * (4.5 + 16) / 8)
+
+
 def test_the_copy_runs_at_its_own_rate():
     """1 GB of weights at 1 TB/s and 5 GB of expansion copy at 1.25 TB/s: 1 ms + 4 ms."""
     flops = {"linear": 0.0, "head": 0.0, "attention": 0.0}
@@ -87,10 +110,59 @@ def test_elementwise_passes_add_to_compute_bound_linear_layers():
     assert parts["time_s"] == pytest.approx(2.0) and parts["linear_s"] == pytest.approx(2.0)
 
 
+def _copy_rate(gpu):
+    device = load_database().hardware.get(gpu)
+    fmts = [weight_format("bf16")]
+    peaks, _ = compute_peak_table(fmts, [device])
+    return float(effective_rates(hardware_columns([device]), format_columns(fmts), peaks[:, 0],
+                                 GENERIC_ENGINE)["kv_expand_bytes_per_s"][0])
+
+
+def test_without_a_calibration_the_copy_runs_at_its_index_arithmetic_or_memory_rate():
+    """The copy's per-element indexing bounds it at 0.0183 bytes per FP32 FLOP (the H200's measured 1.23 TB/s over
+    its 67 TFLOPS): an H200 copies at that 1.23 TB/s; an RTX 4090's 82.6 TFLOPS would allow 1.52 TB/s, so its
+    memory binds (1,008 GB/s x the GDDR default 0.9)."""
+    assert _copy_rate("h200") == pytest.approx(1.229e12)
+    assert _copy_rate("rtx 4090") == pytest.approx(1008e9 * 0.9, rel=0.05)
+    assert _copy_rate("rtx 4090") < 1.229e12 / 67e12 * 82.6e12
+
+
+def test_exllamav2_copies_its_cache_where_its_code_does():
+    """ExLlamaV2 expands grouped heads only without flash-attn (repeat_kv in _attn_torch and _attn_xformers) and
+    widens only a quantized cache (q_to_fp16_kv); the eager reference decoder expands whatever the attention."""
+    args = {"weight_format": "exl2-8bpw", "prompt_tokens": 4096, "output_tokens": 64}
+    copies = {(kv, attention): estimate("llama-3-8b", "rtx 4090", engine="exllamav2", kv_format=kv,
+                                        attention=attention, **args).results["decode_bytes_kv_expand"]
+              for kv in ("f16", "q4") for attention in ("fused", "unfused")}
+    assert copies["f16", "fused"] == 0
+    assert 0 < copies["q4", "fused"] < copies["f16", "unfused"] < copies["q4", "unfused"]
+    assert estimate("llama-3-8b", "rtx 4090", engine="pytorch-eager", weight_format="bf16", attention="fused",
+                    prompt_tokens=4096, output_tokens=64).results["decode_bytes_kv_expand"] > 0
+
+
+def test_the_copies_explain_exllamav2_decode_at_16k_tokens():
+    """measurements_db/exllama-mlc.csv (matt-c1's RTX 4090 runs of Llama-3-8B at 8 bpw, 16k-token prompts): decode at
+    67.5 tok/s with an FP16 cache and flash-attn, 56.1 with the Q4 cache, 30.1 without flash-attn, 27.6 with
+    both. Read as stored, the Q4 cache would decode faster than the FP16 one (its reads are 3.6x smaller) and the
+    path without flash-attn as fast as with it: the copies reverse both and bring each within 15%."""
+    args = {"weight_format": "exl2-8bpw", "prompt_tokens": 15985, "output_tokens": 257}
+    measured = {("f16", "fused"): 67.47, ("q4", "fused"): 56.08, ("f16", "unfused"): 30.10, ("q4", "unfused"): 27.59}
+    predicted = {key: estimate("llama-3-8b", "rtx 4090", engine="exllamav2", kv_format=key[0], attention=key[1],
+                               **args).decode_tps_per_seq for key in measured}
+    for key, tps in measured.items():
+        assert predicted[key] == pytest.approx(tps, rel=0.15), key
+    profile = engine("exllamav2")
+    as_stored = profile.model_copy(update={"parameters": profile.parameters.model_copy(
+        update={"expands_grouped_kv": "never", "dequantizes_kv_cache": False})})
+    plain = {key: estimate("llama-3-8b", "rtx 4090", engine=as_stored, kv_format=key[0], attention=key[1],
+                           **args).decode_tps_per_seq for key in measured}
+    assert plain["q4", "fused"] > plain["f16", "fused"] and plain["f16", "unfused"] > 1.5 * measured["f16", "unfused"]
+
+
 def test_the_eager_engines_and_what_they_pay():
     """The reference decoder copies KV heads out as transformers does with a mask; transformers' generate() on
     equal-length prompts passes none and attends with enable_gqa (both measured on the H200)."""
-    assert [p.name for p in load_engines() if p.parameters.expands_grouped_kv] == ["pytorch-eager"]
+    assert [p.name for p in load_engines() if p.parameters.expands_grouped_kv == "always"] == ["pytorch-eager"]
     assert [p.name for p in load_engines() if p.parameters.unfused_elementwise] == ["pytorch-eager", "transformers"]
 
 
@@ -107,7 +179,7 @@ def test_the_expansion_explains_the_h200_eager_decode_at_batch_64():
     assert eager.results["decode_bytes_kv_expand"] / profile.summary.kv_expand_bytes_per_s > step_s / 2
     profile_engine = engine("pytorch-eager")
     unexpanded = profile_engine.model_copy(update={"parameters": profile_engine.parameters.model_copy(
-        update={"expands_grouped_kv": False})})
+        update={"expands_grouped_kv": "never"})})
     assert estimate("llama-3.1-8b", "h200", engine=unexpanded, **args).decode_tps_per_seq > 1.5 * 32.97
 
 

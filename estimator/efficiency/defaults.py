@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import resources
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field
@@ -89,11 +89,16 @@ class EngineDefaults(Frozen):
         default=False, description="it runs a prompt in physical micro-batches of ubatch_tokens (llama.cpp's "
                                    "n_ubatch): a MoE prefill touches its experts once per micro-batch, so its "
                                    "grouped GEMMs pay their tile padding per micro-batch; a property, never fitted")
-    expands_grouped_kv: bool = Field(
-        default=False, description="attention expands grouped KV heads to one per query head before it attends "
-                                   "(Hugging Face's repeat_kv, a repeat_interleave): each pass copies the cache it "
-                                   "reads g = n_h/n_kv times over and attention reads the copy; a property of the "
-                                   "engine's code, never fitted")
+    expands_grouped_kv: Literal["never", "unfused", "always"] = Field(
+        default="never", description="when attention expands grouped KV heads to one per query head before it "
+                                     "attends (Hugging Face's repeat_kv, a repeat_interleave): always, only on its "
+                                     "path without flash attention (ExLlamaV2's torch and xformers attention), or "
+                                     "never; each pass then copies the cache it reads g = n_h/n_kv times over and "
+                                     "attention reads the copy; a property of the engine's code, never fitted")
+    dequantizes_kv_cache: bool = Field(
+        default=False, description="a quantized KV cache is widened to a 16-bit copy of the span a pass attends "
+                                   "to before attention reads it (ExLlamaV2's Q4/Q6/Q8 caches), instead of being "
+                                   "read as it is stored; a property of the engine's code, never fitted")
     unfused_elementwise: bool = Field(
         default=False, description="it runs each elementwise op (norm, residual add, activation, gate product) as a "
                                    "kernel of its own, one pass over the tensor each (eager PyTorch): those passes "
@@ -131,6 +136,22 @@ class EngineDefaults(Frozen):
                                              "KV cache takes (TensorRT-LLM's free_gpu_memory_fraction); a property "
                                              "of the engine's defaults, never fitted")
     basis: str
+
+    def expands_kv_heads(self, fused_attention):
+        """Whether attention copies grouped KV heads out per query head, per configuration: always, or only
+        where attention is not flash attention (``expands_grouped_kv``; docs/formulas.md §13)."""
+        unfused = ~np.asarray(fused_attention, dtype=bool)
+        return (self.expands_grouped_kv == "always") | ((self.expands_grouped_kv == "unfused") & unfused)
+
+    def attended_kv_bits(self, kv_bits):
+        """Bits per element of the cache attention reads: 16 where the engine widens a quantized cache to a
+        16-bit copy first (``dequantizes_kv_cache``), else the cache's own."""
+        widened = self.dequantizes_kv_cache & (np.asarray(kv_bits) < WIDE_KV_BITS)
+        return np.where(widened, WIDE_KV_BITS, kv_bits)
+
+
+# The 16-bit entries an engine that widens a quantized cache (ExLlamaV2's q_to_fp16_kv) attends to.
+WIDE_KV_BITS = 16
 
 
 HBM = DeviceDefaults(
@@ -189,10 +210,13 @@ GENERIC_ENGINE = EngineDefaults(
           "with CUDA graphs reducing launch costs; one decode-sized all-reduce costs ~20 us (LLMCompass measured "
           "26 us on 4xA100 NVLink, AIConfigurator assumes 10 us p2p latency on H100/H200)")
 
-# PyTorch's repeat_interleave of a strided cache slice (a generic elementwise kernel) against a plain copy, both
-# measured in one calibration run: H200 1.23 of 4.21 TB/s (0.29), a 2-core EPYC VM 5.3 of 34 GB/s (0.16). The
-# GPU's share is the expansion copy's rate on a device without a measurement of its own (docs/formulas.md §13).
-KV_EXPAND_COPY_SHARE = 0.29
+# PyTorch's copy of a strided cache slice out to one head per query head (repeat_interleave, or expand and
+# reshape) is a generic elementwise kernel whose per-element index arithmetic, not the memory, bounds it on a
+# fast-memory device: the H200's calibration measured 1.23 TB/s of the 4.21 TB/s a plain copy reaches, that is
+# 0.0183 bytes per FP32 FLOP of its 67 TFLOPS. A device without a measurement of its own copies at that many
+# bytes per FP32 FLOP, or at its memory's rate where that is lower (an RTX 4090: 1.5 TB/s of index arithmetic,
+# so its 1,008 GB/s memory binds; docs/formulas.md §13).
+KV_EXPAND_BYTES_PER_FP32_FLOP = 1.229e12 / 67e12
 
 # The roofline at 100% of the datasheet, with no fixed costs: what no engine can beat. Prediction
 # intervals are capped by it, and fitted efficiencies are bounded below it (docs/formulas.md §9).

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from estimator.efficiency.calibration_profile import CalibrationProfile, device_efficiencies
 from estimator.efficiency.defaults import PHYSICAL_LIMIT
 from estimator.efficiency.engine_profiles import BACKEND_MARK, EngineProfile
+from estimator.efficiency.rates import effective_rates
 from estimator.errors import ConfigurationError, describe_validation_error
 from estimator.evaluation.columns import (
     compute_peak_table,
@@ -27,7 +28,6 @@ from estimator.evaluation.columns import (
 )
 from estimator.evaluation.compute import compute_results
 from estimator.evaluation.configurations import Configuration
-from estimator.evaluation.fixed_batch import effective_rates
 from estimator.evaluation.intervals import default_backend, interval_columns
 from estimator.evaluation.resolve import (
     resolve_calibrated_hardware,

@@ -172,6 +172,8 @@ def hardware_columns(devices: Sequence[Hardware], physical_limit: bool = False) 
         "bandwidth_bytes_per_s": np.array([hw.memory_bandwidth_bytes_per_s for hw in devices]),
         "capacity_bytes": np.array([hw.memory_capacity_bytes for hw in devices]),
         "attention_flops_per_s": np.array([_first_peak(hw, ATTENTION_DTYPES)[1] for hw in devices]),
+        # the vector (non-tensor) FP32 rate, NaN where not listed: what bounds a generic copy kernel's indexing
+        "fp32_flops_per_s": np.array([hw.peak_flops_per_s("fp32") or np.nan for hw in devices]),
         "link_bytes_per_s": np.array([link_bandwidth(hw) for hw in devices]),
         "host_link_bytes_per_s": np.array([FALLBACK_LINK_BYTES_PER_S if hw.host_link is None
                                            else hw.host_link.bandwidth.base for hw in devices]),

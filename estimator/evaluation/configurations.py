@@ -14,6 +14,7 @@ import numpy as np
 from estimator.efficiency.defaults import PHYSICAL_LIMIT, EngineDefaults
 from estimator.efficiency.engine_profiles import EngineProfile
 from estimator.efficiency.engine_profiles import engine as engine_profile
+from estimator.efficiency.rates import effective_rates
 from estimator.evaluation.columns import (
     compute_peak_table,
     format_columns,
@@ -23,7 +24,6 @@ from estimator.evaluation.columns import (
     model_columns,
 )
 from estimator.evaluation.compute import compute_results
-from estimator.evaluation.fixed_batch import effective_rates
 from estimator.serving.workload import Layout, ServingOptions, check_workload
 from estimator.specs.database import load_database
 from estimator.specs.formats import KVFormat, WeightFormat

@@ -14,14 +14,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from estimator.efficiency.calibration_profile import weight_stream_eff_at
-from estimator.efficiency.defaults import (
-    GENERIC_ENGINE,
-    KV_EXPAND_COPY_SHARE,
-    EngineDefaults,
-    bandwidth_scale_by_class,
-    compute_eff_by_class,
-    memory_budget,
-)
+from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults, memory_budget
+from estimator.efficiency.rates import effective_rates
 from estimator.errors import ConfigurationError
 from estimator.evaluation.columns import WEIGHT_STREAM_KEYS
 from estimator.physics import flops as fl
@@ -63,33 +57,6 @@ DEFAULT_SERVING = {"paged": True, "block_tokens": PAGED_BLOCK_TOKENS, "prefix_to
                    "length_mix": None, "expert_skew": 0.0, "kv_tier": 0, "kv_tier_bytes": 0.0,
                    "num_requests": 0.0}
 PARTS = ("linear_s", "attention_s", "communication_s", "offload_s", "overhead_s", "compute_s", "memory_s")
-
-
-def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
-    """Datasheet peaks × device × engine efficiency (docs/architecture.md); FP4 GEMMs where hw["fp4_gemm"] is 1."""
-    # PyTorch's own GEMMs (torch_kernels) run at a calibration's measured GEMM rate, with no engine factor on top
-    own = engine.torch_kernels & (np.asarray(hw.get("calibrated_gemm", 0.0)) > 0)
-    compute_eff = hw["device_compute_eff"] * np.where(own, 1.0, compute_eff_by_class(engine)[hw["device_class_code"]])
-    if engine.fp16_accumulate:   # GeForce: twice the listed FP32-accumulate tensor rate (compute_ceiling)
-        compute_eff = compute_eff * hw["fp16_accumulate_speedup"]
-    bandwidth = hw["bandwidth_bytes_per_s"] * hw["device_bandwidth_eff"]
-    native = bandwidth_scale_by_class(engine)[hw["device_class_code"]]
-    weight_scale = np.where(f["dequantizes"], bandwidth_scale_by_class(engine, True)[hw["device_class_code"]], native)
-    weight_engine_factor = weight_scale * f["engine_bandwidth_eff"]
-    fp4_share = np.where(np.asarray(hw.get("fp4_gemm", 0.0)) > 0, engine.fp4_compute_scale, 1.0)  # FP4 GEMMs' own
-    return {
-        "linear_flops_per_s": peak_linear_flops_per_s * compute_eff * fp4_share,
-        "attention_flops_per_s": hw["attention_flops_per_s"] * compute_eff,
-        "weight_bytes_per_s": bandwidth * weight_scale * f["engine_bandwidth_eff"],
-        "weight_engine_factor": weight_engine_factor,   # the engine's share of the device's weight stream
-        "stream_bytes_per_s": bandwidth,   # contiguous elementwise kernels: the device's own rate
-        # the attention kernels' own share of the device's bandwidth, not the weight kernels' group factor
-        "kv_bytes_per_s": bandwidth * engine.kv_bandwidth_eff,
-        # grouped KV heads copied out per query head: PyTorch's own copy kernel, with no engine factor (as
-        # torch_kernels GEMMs), at a calibration's measured rate, else at its share of the device's bandwidth
-        "kv_expand_bytes_per_s": np.where(np.isfinite(kv_expand := hw.get("kv_expand_bytes_per_s", np.nan)),
-                                          kv_expand, bandwidth * KV_EXPAND_COPY_SHARE),
-    }
 
 
 @dataclass
@@ -234,6 +201,12 @@ def _busiest_attention_rank(s: _Setup, flops: dict, bytes_: dict, b) -> tuple[di
             {k: v if k in ("weights", "activations", "elementwise") else v * uneven for k, v in bytes_.items()})
 
 
+def _cache_copies(s: _Setup) -> dict:
+    """What the engine's attention copies or re-passes beyond a fused kernel's reads (docs/formulas.md §13)."""
+    return {"expansion": tr.kv_head_expansion(s.m, s.engine.expands_kv_heads(s.serving["fused_attention"])),
+            "attended_bits": s.engine.attended_kv_bits(s.kv_bits), "unfused_ops": s.engine.unfused_elementwise}
+
+
 def _host_step_s(s: _Setup, b, micro):
     """The engine's host time per step: a fixed part, and a part per sequence of the replica's batch."""
     return s.engine.per_step_s + s.engine.per_sequence_s * b * micro
@@ -245,9 +218,7 @@ def _decode(s: _Setup, b, micro, spans, q=1):
     span_topk = np.where(s.m["attn_topk"] > 0, span_topk, span_global)   # a draft model may have no top-k cap
     flops = fl.decode_flops(s.m, b, span_global, span_local, span_topk, q=q)
     bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, span_global, span_local, s.tp, s.serving["fused_attention"],
-                             q=q, span_topk=span_topk, attention_dp=s.attention_dp,
-                             expansion=tr.kv_head_expansion(s.m, s.engine.expands_grouped_kv),
-                             unfused_ops=s.engine.unfused_elementwise)
+                             q=q, span_topk=span_topk, attention_dp=s.attention_dp, **_cache_copies(s))
     flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
         flops, bytes_ = _skewed(s, flops, bytes_, b * q)
@@ -260,9 +231,7 @@ def _prefill(s: _Setup, b, micro, T, cached):
     """Ledgers and phase times of prefilling micro-batches of b prompts past ``cached`` tokens."""
     flops = fl.prefill_flops(s.m, b, T, cached)
     bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, s.serving["fused_attention"], cached,
-                              attention_dp=s.attention_dp,
-                              expansion=tr.kv_head_expansion(s.m, s.engine.expands_grouped_kv),
-                              unfused_ops=s.engine.unfused_elementwise)
+                              attention_dp=s.attention_dp, **_cache_copies(s))
     flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     new_tokens = b * (T - cached)
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):

@@ -29,7 +29,8 @@ per-layer embeddings stay in host memory, a row per token (docs/formulas.md §15
 
 An eager engine moves more (docs/formulas.md §13): Hugging Face's attention copies grouped KV heads
 out to one per query head before it attends (``kv_expand``), and each of its elementwise ops is a
-pass of its own over its tensor (``elementwise``).
+pass of its own over its tensor (``elementwise``). An engine that widens a quantized cache to 16 bits
+before attending (ExLlamaV2) copies it too, and attention reads the wide copy (``kv_expand``, §13).
 """
 
 from __future__ import annotations
@@ -211,22 +212,33 @@ def _expansion_copy(cache_read, expansion):
     return np.where(expansion > 1, (1 + expansion) * cache_read, 0.0)
 
 
+def _cache_copies(stored, attended, expansion):
+    """Bytes of the copies a pass makes of its cache before attention reads it (docs/formulas.md §13): a
+    quantized cache of ``stored`` bytes widened to ``attended`` bytes of 16-bit entries (read and write, where
+    the two differ), then grouped heads expanded g times from the wide entries (:func:`_expansion_copy`)."""
+    return np.where(attended != stored, stored + attended, 0.0) + _expansion_copy(attended, expansion)
+
+
 def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0, attention_dp=0, expansion=1.0,
-                  unfused_ops=False):
+                  unfused_ops=False, attended_bits=None):
     """Bytes moved to prefill B prompts of T tokens, the first ``cached`` already in the cache (replica totals).
 
     Under sparse attention the latents are re-read per query tile over the capped pairs and the indexer
     keys over all pairs; Gated DeltaNet layers write their per-chunk states and the final one
     (docs/formulas.md §15). Where an engine expands grouped KV heads ``expansion`` times (g,
     :func:`kv_head_expansion`), each layer copies the prompt's whole cache out and attention reads the copy;
-    where it runs its elementwise ops unfused (``unfused_ops``), each is a pass of its own (``elementwise``).
+    where it widens a quantized cache to ``attended_bits`` (16) first, each layer copies the compact cache to
+    wide entries that attention reads (:func:`_cache_copies`); where it runs its elementwise ops unfused
+    (``unfused_ops``), each is a pass of its own (``elementwise``).
     """
+    attended_bits = kv_bits if attended_bits is None else attended_bits
     new = T - cached
     tokens = B * new
     kv_tp = kv_split_ranks(tp, attention_dp)
     copies = kv_replication(m, kv_tp)
-    kv_layer = kv_bytes_per_token_layer(m, kv_bits) * copies
-    latent_layer = latent_bytes_per_token_layer(m, kv_bits) * copies
+    kv_layer = kv_bytes_per_token_layer(m, attended_bits) * copies
+    latent_layer = latent_bytes_per_token_layer(m, attended_bits) * copies
+    stored_layer = latent_bytes_per_token_layer(m, kv_bits) * copies
     pairs = prefill_pairs(m, T, cached)
     # fused: each query tile re-reads the K/V its rows attend to; unfused: K/V once plus the scores
     kv_rereads = np.maximum(pairs / FLASH_QUERY_TILE, m["attn_layers"] * T)
@@ -237,10 +249,11 @@ def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0, attention_
     state = state_bytes_per_sequence(m, kv_tp)
     return {
         "weights": weight_bytes_streamed(m, f, tokens) + replicated_attention_bytes(m, f, tp, attention_dp),
-        "kv_write": tokens * m["kv_layers"] * kv_layer + B * state,
+        "kv_write": tokens * m["kv_layers"] * kv_bytes_per_token_layer(m, kv_bits) * copies + B * state,
         "activations": activation_bytes(m, f, tokens) + B * m["vocab"] * LOGIT_BYTES,
         "attention": np.where(fused_attention, fused, unfused) + q_and_out + B * _chunk_state_bytes(m, kv_tp, new),
-        "kv_expand": _expansion_copy(B * latent_layer * m["attn_layers"] * T, expansion),
+        "kv_expand": _cache_copies(B * stored_layer * m["attn_layers"] * T, B * latent_layer * m["attn_layers"] * T,
+                                   expansion),
         "elementwise": unfused_elementwise_bytes(m, tokens, unfused_ops),
     }
 
@@ -264,7 +277,7 @@ def _chunk_state_bytes(m, tp, new):
 
 
 def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention, q=1, span_topk=None,
-                 attention_dp=0, expansion=1.0, unfused_ops=False):
+                 attention_dp=0, expansion=1.0, unfused_ops=False, attended_bits=None):
     """Bytes moved by one decode step of B sequences with ``q`` new tokens each (replica totals).
 
     Verifying q = γ + 1 drafted tokens reads the weights and each sequence's KV
@@ -273,14 +286,17 @@ def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention,
     the latents of min(S, k_top) tokens (``span_topk``) and the indexer keys of all S;
     a Gated DeltaNet state is read once and written for every new token (docs/formulas.md §15). Where an
     engine expands grouped KV heads ``expansion`` times (g, :func:`kv_head_expansion`), the step copies the
-    cache it attends to out g times and attention reads the copy: (1 + 2g) times the cache read in all;
-    an engine that runs its elementwise ops unfused (``unfused_ops``) makes a pass of its own for each
-    (``elementwise``).
+    cache it attends to out g times and attention reads the copy: (1 + 2g) times the cache read in all.
+    An engine that widens a quantized cache of C_q bytes to 16-bit entries of C_16 (``attended_bits``) first
+    reads C_q and writes C_16, and attention (or the expansion) reads C_16 (:func:`_cache_copies`). An engine
+    that runs its elementwise ops unfused (``unfused_ops``) makes a pass of its own for each (``elementwise``).
     """
+    attended_bits = kv_bits if attended_bits is None else attended_bits
     kv_tp = kv_split_ranks(tp, attention_dp)
     copies = kv_replication(m, kv_tp)
     kv_layer = kv_bytes_per_token_layer(m, kv_bits) * copies
-    latent_layer = latent_bytes_per_token_layer(m, kv_bits) * copies
+    latent_layer = latent_bytes_per_token_layer(m, attended_bits) * copies
+    stored_layer = latent_bytes_per_token_layer(m, kv_bits) * copies
     span_top = span_global if span_topk is None else span_topk
     global_layers = m["attn_layers"] - m["local_layers"]
     attended = global_layers * span_top + m["local_layers"] * span_local
@@ -295,7 +311,7 @@ def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention,
         "kv_write": tokens * kv_layer * m["kv_layers"] + tokens * state,
         "activations": activation_bytes(m, f, tokens) + tokens * m["vocab"] * LOGIT_BYTES,
         "attention": np.where(fused_attention, 0.0, scores) + q_and_out,
-        "kv_expand": _expansion_copy(B * latent_layer * attended, expansion),
+        "kv_expand": _cache_copies(B * stored_layer * attended, B * latent_layer * attended, expansion),
         "elementwise": unfused_elementwise_bytes(m, tokens, unfused_ops),
     }
 

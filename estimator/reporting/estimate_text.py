@@ -33,9 +33,9 @@ DEFINITIONS = (
     "exponential tail), request lengths fixed or from --lengths (a request's own prefill and output at their "
     "quantile), E2E p99 by a normal approximation (docs/formulas.md §14).",
 )
-# The byte terms only an eager engine pays, each defined where the estimate shows it.
-EAGER_BYTE_TERMS = {"kv_expand": "kv expand = grouped KV heads copied out to one per query head before attention "
-                                 "(and the copy read back)",
+# The byte terms only some engines pay (eager ones, ExLlamaV2's copies), each defined where the estimate shows it.
+EAGER_BYTE_TERMS = {"kv_expand": "kv expand = the KV cache copied before attention reads it (grouped heads out to "
+                                 "one per query head, a quantized cache widened to 16 bits)",
                     "elementwise": "elementwise = a pass of its own for each unfused elementwise op"}
 
 

@@ -1,0 +1,44 @@
+"""The rates a pass runs at: datasheet peaks × the device's efficiency × the engine's (docs/architecture.md).
+
+Pure functions of the hardware, format and engine columns; the pass times in :mod:`estimator.physics.roofline`
+divide the ledgers by them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from estimator.efficiency.defaults import (
+    KV_EXPAND_BYTES_PER_FP32_FLOP,
+    EngineDefaults,
+    bandwidth_scale_by_class,
+    compute_eff_by_class,
+)
+
+
+def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
+    """Datasheet peaks × device × engine efficiency (docs/architecture.md); FP4 GEMMs where hw["fp4_gemm"] is 1."""
+    # PyTorch's own GEMMs (torch_kernels) run at a calibration's measured GEMM rate, with no engine factor on top
+    own = engine.torch_kernels & (np.asarray(hw.get("calibrated_gemm", 0.0)) > 0)
+    compute_eff = hw["device_compute_eff"] * np.where(own, 1.0, compute_eff_by_class(engine)[hw["device_class_code"]])
+    if engine.fp16_accumulate:   # GeForce: twice the listed FP32-accumulate tensor rate (compute_ceiling)
+        compute_eff = compute_eff * hw["fp16_accumulate_speedup"]
+    bandwidth = hw["bandwidth_bytes_per_s"] * hw["device_bandwidth_eff"]
+    native = bandwidth_scale_by_class(engine)[hw["device_class_code"]]
+    weight_scale = np.where(f["dequantizes"], bandwidth_scale_by_class(engine, True)[hw["device_class_code"]], native)
+    weight_engine_factor = weight_scale * f["engine_bandwidth_eff"]
+    fp4_share = np.where(np.asarray(hw.get("fp4_gemm", 0.0)) > 0, engine.fp4_compute_scale, 1.0)  # FP4 GEMMs' own
+    return {
+        "linear_flops_per_s": peak_linear_flops_per_s * compute_eff * fp4_share,
+        "attention_flops_per_s": hw["attention_flops_per_s"] * compute_eff,
+        "weight_bytes_per_s": bandwidth * weight_scale * f["engine_bandwidth_eff"],
+        "weight_engine_factor": weight_engine_factor,   # the engine's share of the device's weight stream
+        "stream_bytes_per_s": bandwidth,   # contiguous elementwise kernels: the device's own rate
+        # the attention kernels' own share of the device's bandwidth, not the weight kernels' group factor
+        "kv_bytes_per_s": bandwidth * engine.kv_bandwidth_eff,
+        # the cache copied before attention: a copy kernel with no engine factor, at a calibration's measured rate,
+        # else the lower of its index arithmetic's on the FP32 units and the memory's (no FP32 peak: the memory's)
+        "kv_expand_bytes_per_s": np.where(np.isfinite(kv_expand := hw.get("kv_expand_bytes_per_s", np.nan)),
+                                          kv_expand, np.fmin(bandwidth, KV_EXPAND_BYTES_PER_FP32_FLOP
+                                                             * hw.get("fp32_flops_per_s", np.nan))),
+    }
