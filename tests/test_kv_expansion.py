@@ -159,6 +159,24 @@ def test_the_copies_explain_exllamav2_decode_at_16k_tokens():
     assert plain["q4", "fused"] > plain["f16", "fused"] and plain["f16", "unfused"] > 1.5 * measured["f16", "unfused"]
 
 
+def test_exllamav2_without_flash_attn_writes_no_scores():
+    """ExLlamaV2's attention without flash-attn is PyTorch's memory-efficient SDPA (or xformers): its workspace holds
+    no score matrix and its prompt moves the expanded K/V tiles, where llama.cpp's matmul-and-softmax path writes
+    the scores. matt-c1's RTX 4090 prompts of Llama-3-8B without flash-attn (measurements_db/exllama-mlc.csv):
+    7,184 tok/s at 8.6k tokens and 5,259 at 16k, each within 15%."""
+    def run(name, fmt, attention, prompt):
+        return estimate("llama-3-8b", "rtx 4090", engine=name, weight_format=fmt, attention=attention,
+                        prompt_tokens=prompt, output_tokens=1)
+    exl = {a: run("exllamav2", "exl2-8bpw", a, 15985) for a in ("fused", "unfused")}
+    lcpp = {a: run("llama.cpp", "Q8_0", a, 15985) for a in ("fused", "unfused")}
+    assert exl["unfused"].results["memory_activation_bytes"] == exl["fused"].results["memory_activation_bytes"]
+    assert lcpp["unfused"].results["memory_activation_bytes"] > 10 * lcpp["fused"].results["memory_activation_bytes"]
+    assert exl["unfused"].results["prefill_bytes_attention"] < lcpp["unfused"].results["prefill_bytes_attention"] / 3
+    assert exl["unfused"].results["prefill_bytes_kv_expand"] > 0     # its heads are still copied out
+    for prompt, measured in ((8557, 7184), (15996, 5259)):
+        assert run("exllamav2", "exl2-8bpw", "unfused", prompt).prefill_tps == pytest.approx(measured, rel=0.15)
+
+
 def test_the_eager_engines_and_what_they_pay():
     """The reference decoder copies KV heads out as transformers does with a mask; transformers' generate() on
     equal-length prompts passes none and attends with enable_gqa (both measured on the H200)."""

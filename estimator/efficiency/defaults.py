@@ -99,6 +99,11 @@ class EngineDefaults(Frozen):
         default=False, description="a quantized KV cache is widened to a 16-bit copy of the span a pass attends "
                                    "to before attention reads it (ExLlamaV2's Q4/Q6/Q8 caches), instead of being "
                                    "read as it is stored; a property of the engine's code, never fitted")
+    nonflash_scores_on_chip: bool = Field(
+        default=False, description="without flash attention its attention still runs a kernel that keeps the "
+                                   "scores on chip (PyTorch's memory-efficient SDPA or xformers over the expanded "
+                                   "heads: ExLlamaV2), so no score matrix reaches memory; False: a matmul and a "
+                                   "softmax that write the scores. A property of the engine's code, never fitted")
     unfused_elementwise: bool = Field(
         default=False, description="it runs each elementwise op (norm, residual add, activation, gate product) as a "
                                    "kernel of its own, one pass over the tensor each (eager PyTorch): those passes "
@@ -142,6 +147,11 @@ class EngineDefaults(Frozen):
         where attention is not flash attention (``expands_grouped_kv``; docs/formulas.md §13)."""
         unfused = ~np.asarray(fused_attention, dtype=bool)
         return (self.expands_grouped_kv == "always") | ((self.expands_grouped_kv == "unfused") & unfused)
+
+    def scores_on_chip(self, fused_attention):
+        """Whether a pass's attention scores stay on chip, per configuration: with flash attention, or on an engine
+        whose attention without it still runs a fused kernel (``nonflash_scores_on_chip``; docs/formulas.md §13)."""
+        return np.asarray(fused_attention, dtype=bool) | self.nonflash_scores_on_chip
 
     def attended_kv_bits(self, kv_bits):
         """Bits per element of the cache attention reads: 16 where the engine widens a quantized cache to a

@@ -207,6 +207,11 @@ def _cache_copies(s: _Setup) -> dict:
             "attended_bits": s.engine.attended_kv_bits(s.kv_bits), "unfused_ops": s.engine.unfused_elementwise}
 
 
+def _scores_on_chip(s: _Setup):
+    """Whether attention's scores stay on chip: flash attention, or a fused kernel the engine runs without it."""
+    return s.engine.scores_on_chip(s.serving["fused_attention"])
+
+
 def _host_step_s(s: _Setup, b, micro):
     """The engine's host time per step: a fixed part, and a part per sequence of the replica's batch."""
     return s.engine.per_step_s + s.engine.per_sequence_s * b * micro
@@ -217,7 +222,7 @@ def _decode(s: _Setup, b, micro, spans, q=1):
     span_global, span_local, span_topk = spans
     span_topk = np.where(s.m["attn_topk"] > 0, span_topk, span_global)   # a draft model may have no top-k cap
     flops = fl.decode_flops(s.m, b, span_global, span_local, span_topk, q=q)
-    bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, span_global, span_local, s.tp, s.serving["fused_attention"],
+    bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, span_global, span_local, s.tp, _scores_on_chip(s),
                              q=q, span_topk=span_topk, attention_dp=s.attention_dp, **_cache_copies(s))
     flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
@@ -230,7 +235,7 @@ def _decode(s: _Setup, b, micro, spans, q=1):
 def _prefill(s: _Setup, b, micro, T, cached):
     """Ledgers and phase times of prefilling micro-batches of b prompts past ``cached`` tokens."""
     flops = fl.prefill_flops(s.m, b, T, cached)
-    bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, s.serving["fused_attention"], cached,
+    bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, _scores_on_chip(s), cached,
                               attention_dp=s.attention_dp, **_cache_copies(s))
     flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     new_tokens = b * (T - cached)
@@ -318,13 +323,15 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     # so is an input embedding the engine keeps there (an untied one: a tied table is also the output head)
     host_weights = host_experts + np.where(engine.embedding_on_host, tr.input_embedding_bytes(m, f), 0.0) / (tp * pp)
     budget = memory_budget(engine, tp, serving["ubatch_tokens"])
-    memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, draft=draft,
+    # the workspace holds a score matrix only where the engine's attention writes one
+    held = {**serving, "fused_attention": engine.scores_on_chip(serving["fused_attention"])}
+    memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, held, draft=draft,
                         host_weight_bytes=host_weights, attention_dp=attention_dp, **budget)
     share = device_weight_share(serving["offload"], serving["gpu_layers"], m["layers"],
                                 memory["memory_weights_bytes"], memory["room_for_weights_bytes"])
     if serving["offload"] != NONE:  # re-plan the memory with the offloaded part on the host
         kv_share = np.where(serving["offload"] == LAYERS, share, 1.0)
-        memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, serving, share, kv_share, draft,
+        memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, held, share, kv_share, draft,
                             host_weight_bytes=host_weights, attention_dp=attention_dp, **budget)
     node = np.asarray(layout.get("node", DEFAULT_NODE_DEVICES), dtype=float)
     network = np.asarray(layout.get("network_bytes_per_s", DEFAULT_NETWORK_BYTES_PER_S), dtype=float)
