@@ -201,8 +201,9 @@ def _busiest_attention_rank(s: _Setup, flops: dict, bytes_: dict, b) -> tuple[di
             {k: v if k in ("weights", "activations", "elementwise") else v * uneven for k, v in bytes_.items()})
 
 
-def _cache_copies(s: _Setup) -> dict:
-    """What the engine's attention copies or re-passes beyond a fused kernel's reads (docs/formulas.md §13)."""
+def _engine_passes(s: _Setup) -> dict:
+    """What the engine's code adds to a pass's traffic (docs/formulas.md §13): grouped KV heads copied out, a
+    quantized cache widened before attention, elementwise ops run one kernel each."""
     return {"expansion": tr.kv_head_expansion(s.m, s.engine.expands_kv_heads(s.serving["fused_attention"])),
             "attended_bits": s.engine.attended_kv_bits(s.kv_bits), "unfused_ops": s.engine.unfused_elementwise}
 
@@ -223,7 +224,7 @@ def _decode(s: _Setup, b, micro, spans, q=1):
     span_topk = np.where(s.m["attn_topk"] > 0, span_topk, span_global)   # a draft model may have no top-k cap
     flops = fl.decode_flops(s.m, b, span_global, span_local, span_topk, q=q)
     bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, span_global, span_local, s.tp, _scores_on_chip(s),
-                             q=q, span_topk=span_topk, attention_dp=s.attention_dp, **_cache_copies(s))
+                             q=q, span_topk=span_topk, attention_dp=s.attention_dp, **_engine_passes(s))
     flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
         flops, bytes_ = _skewed(s, flops, bytes_, b * q)
@@ -236,7 +237,7 @@ def _prefill(s: _Setup, b, micro, T, cached):
     """Ledgers and phase times of prefilling micro-batches of b prompts past ``cached`` tokens."""
     flops = fl.prefill_flops(s.m, b, T, cached)
     bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, _scores_on_chip(s), cached,
-                              attention_dp=s.attention_dp, **_cache_copies(s))
+                              attention_dp=s.attention_dp, **_engine_passes(s))
     flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     new_tokens = b * (T - cached)
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
