@@ -218,12 +218,15 @@ def test_unfused_passes_explain_part_of_the_h200_eager_prefill(model, batch, mea
     assert abs(fused_ms / measured_ms - 1) > abs(ttft_ms / measured_ms - 1) + 0.08
 
 
-def test_the_estimate_lists_the_eager_bytes_only_where_the_engine_pays_them():
-    from estimator.reporting.estimate_text import EAGER_BYTE_TERMS, format_estimate
+def test_the_estimate_lists_the_engines_own_bytes_only_where_the_engine_pays_them():
+    from estimator.reporting.estimate_text import ENGINE_BYTE_TERMS, format_estimate
     args = {"weight_format": "bf16", "batch": 8, "prompt_tokens": 1024, "output_tokens": 64}
     text = {name: format_estimate(estimate("llama-3.1-8b", "h200", engine=name, **args))
             for name in ("pytorch-eager", "transformers", "vllm")}
-    assert all(term in text["pytorch-eager"] for term in EAGER_BYTE_TERMS.values())
-    assert EAGER_BYTE_TERMS["elementwise"] in text["transformers"]            # no KV-head copy without a mask
-    assert EAGER_BYTE_TERMS["kv_expand"] not in text["transformers"] and "kv expand" not in text["transformers"]
+    assert all(term in text["pytorch-eager"] for term in ENGINE_BYTE_TERMS.values())
+    assert ENGINE_BYTE_TERMS["elementwise"] in text["transformers"]            # no KV-head copy without a mask
+    assert ENGINE_BYTE_TERMS["kv_expand"] not in text["transformers"] and "kv expand" not in text["transformers"]
     assert "kv expand" not in text["vllm"] and "elementwise" not in text["vllm"]
+    exllama = format_estimate(estimate("llama-3-8b", "rtx 4090", engine="exllamav2", weight_format="exl2-8bpw",
+                                       kv_format="q4", prompt_tokens=4096, output_tokens=64))
+    assert ENGINE_BYTE_TERMS["kv_expand"] in exllama and "Bytes the engine's code adds" in exllama

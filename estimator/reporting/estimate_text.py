@@ -33,10 +33,11 @@ DEFINITIONS = (
     "exponential tail), request lengths fixed or from --lengths (a request's own prefill and output at their "
     "quantile), E2E p99 by a normal approximation (docs/formulas.md §14).",
 )
-# The byte terms only some engines pay (eager ones, ExLlamaV2's copies), each defined where the estimate shows it.
-EAGER_BYTE_TERMS = {"kv_expand": "kv expand = the KV cache copied before attention reads it (grouped heads out to "
-                                 "one per query head, a quantized cache widened to 16 bits)",
-                    "elementwise": "elementwise = a pass of its own for each unfused elementwise op"}
+# The byte terms only some engines' code pays (eager engines, ExLlamaV2's copies), each defined where the estimate
+# shows it.
+ENGINE_BYTE_TERMS = {"kv_expand": "kv expand = the KV cache copied before attention reads it (grouped heads out to "
+                                  "one per query head, a quantized cache widened to 16 bits)",
+                     "elementwise": "elementwise = a pass of its own for each unfused elementwise op"}
 
 
 def _host_link(hw) -> str:
@@ -162,9 +163,9 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
                   table(_ledger_rows(r, "decode_bytes", gigabytes))]
     parts += ["", f"Efficiencies: {e.efficiency_source}.", f"Intervals: {r.get('interval_basis', 'none')}."]
     parts += local_sections(measured, verify)
-    paid = [text for key, text in EAGER_BYTE_TERMS.items() if r.get(f"decode_bytes_{key}")]
-    eager = (f"Bytes of an eager engine: {'; '.join(paid)} (docs/formulas.md §13).",) if paid else ()
-    parts += ["", "Definitions"] + [f"  {d}" for d in DEFINITIONS + eager]
+    paid = [text for key, text in ENGINE_BYTE_TERMS.items() if r.get(f"decode_bytes_{key}")]
+    added = (f"Bytes the engine's code adds: {'; '.join(paid)} (docs/formulas.md §13).",) if paid else ()
+    parts += ["", "Definitions"] + [f"  {d}" for d in DEFINITIONS + added]
     parts += [f"warning: {w}" for w in e.warnings]
     return "\n".join(parts)
 
