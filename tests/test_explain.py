@@ -31,6 +31,22 @@ def test_explanation_names_bytes_bound_and_ridge(capsys):
         assert text in out
 
 
+def test_the_copies_an_engine_makes_of_its_cache_are_named(capsys):
+    """ExLlamaV2 with a Q4 cache and no flash-attn widens and expands its cache before attention: the explanation
+    names those copies apart from the cache attention reads (stored at 4.5 bits, 36 KiB a token); llama.cpp makes
+    none."""
+    args = ["explain", "--model", "llama-3-8b", "--gpu", "rtx 4090", "--format", "exl2-8bpw", "--prompt", "8192"]
+    assert main([*args, "--engine", "exllamav2", "--kv-format", "q4", "--attention", "unfused"]) == 0
+    out = capsys.readouterr().out
+    assert "copying it before attention reads it" in out and "stored at 36 KiB per token" in out
+    e = estimate("llama-3-8b", "rtx 4090", engine="exllamav2", weight_format="exl2-8bpw", kv_format="q4",
+                 attention="unfused", prompt_tokens=8192, output_tokens=128)
+    r = e.results
+    assert r["decode_bytes_kv_expand"] > r["decode_bytes_kv_read"] > 0
+    assert main([*args, "--engine", "llama.cpp", "--format", "Q8_0"]) == 0
+    assert "copying it" not in capsys.readouterr().out
+
+
 def test_a_configuration_that_does_not_fit_gets_the_changes_that_make_it_run(capsys):
     assert main(["explain", "--model", "llama-3.1-70b", "--gpu", "h100", "--format", "bf16"]) == 0
     out = capsys.readouterr().out

@@ -87,6 +87,19 @@ def explain(kwargs: dict, db: Database | None = None, as_json: bool = False) -> 
     return "\n".join(_paragraphs(e) + (_change_lines(changes) if e.runnable else _rescue_lines(changes)))
 
 
+def _copies(r: dict) -> str:
+    """The clause naming the copies the engine's code makes of the cache before attention, if it makes any."""
+    if not r["decode_bytes_kv_expand"]:
+        return ""
+    return (f", {gigabytes(r['decode_bytes_kv_expand'])} copying it before attention reads it (grouped heads "
+            "expanded, or a quantized cache widened to 16 bits, as this engine's code does; docs/formulas.md §13)")
+
+
+def _everything_else(r: dict) -> float:
+    """Decode-step bytes beyond the weights, the cache attention reads and the copies made of it."""
+    return r["decode_bytes_total"] - r["decode_bytes_weights"] - r["decode_bytes_kv_read"] - r["decode_bytes_kv_expand"]
+
+
 def _paragraphs(e: Estimate) -> list[str]:
     r, hw = e.results, e.hardware
     head = f"Why {e.model.name} ({e.weight_format.name}) runs as it does on {e.layout.devices} x {hw.name}:"
@@ -101,9 +114,8 @@ def _paragraphs(e: Estimate) -> list[str]:
         f"- Each decode step moves {gigabytes(r['decode_bytes_total'])}: {weights_gb:.2f} GB of weights "
         f"({e.model.name}'s active weights at {e.weight_format.linear_bits:g} bits, read once per step for all "
         f"{r.get('steady_batch', e.batch):.4g} sequences), {gigabytes(r['decode_bytes_kv_read'])} of KV cache "
-        f"(mean context {r['mean_decode_context']:,.0f} tokens at {r['kv_cache_bytes_per_token'] / 1024:.0f} KiB "
-        f"per token) and {gigabytes(r['decode_bytes_total'] - r['decode_bytes_weights'] - r['decode_bytes_kv_read'])}"
-        " of everything else.",
+        f"(mean context {r['mean_decode_context']:,.0f} tokens, stored at {r['kv_cache_bytes_per_token'] / 1024:.0f} "
+        f"KiB per token){_copies(r)} and {gigabytes(_everything_else(r))} of everything else.",
         f"- At {bandwidth:.2f} TB/s per device that is {seconds(r['decode_memory_s'])} of memory traffic against "
         f"{seconds(r['decode_compute_s'])} of compute: decode is {r['decode_bound']}-bound (intensity "
         f"{r['decode_intensity_flops_per_byte']:,.1f} FLOP/byte, ridge point {r['ridge_flops_per_byte']:,.0f}); "
