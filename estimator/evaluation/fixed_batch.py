@@ -79,6 +79,11 @@ class _Setup:
     tp_link: np.ndarray        # bytes/s the TP collectives run at
     pp_link: np.ndarray        # bytes/s between pipeline stages
     attention_dp: np.ndarray   # 1: attention runs data-parallel over the tp ranks (docs/formulas.md §8)
+    # how the engine's attention treats the kernel asked for (docs/formulas.md §13): whether its scores stay on chip,
+    # whether it copies grouped KV heads out, and the bits of the cache it reads
+    scores_on_chip: np.ndarray
+    expands_kv: np.ndarray
+    attended_bits: np.ndarray
 
 
 def _skewed(s: _Setup, flops: dict, bytes_: dict, tokens) -> tuple[dict, dict]:
@@ -202,15 +207,11 @@ def _busiest_attention_rank(s: _Setup, flops: dict, bytes_: dict, b) -> tuple[di
 
 
 def _engine_passes(s: _Setup) -> dict:
-    """What the engine's code adds to a pass's traffic (docs/formulas.md §13): grouped KV heads copied out, a
-    quantized cache widened before attention, elementwise ops run one kernel each."""
-    return {"expansion": tr.kv_head_expansion(s.m, s.engine.expands_kv_heads(s.serving["fused_attention"])),
-            "attended_bits": s.engine.attended_kv_bits(s.kv_bits), "unfused_ops": s.engine.unfused_elementwise}
-
-
-def _scores_on_chip(s: _Setup):
-    """Whether attention's scores stay on chip: flash attention, or a fused kernel the engine runs without it."""
-    return s.engine.scores_on_chip(s.serving["fused_attention"])
+    """What the engine's code adds to a pass's traffic (docs/formulas.md §13): grouped KV heads copied out (for the
+    pass's own model: a draft has its own heads), a quantized cache widened before attention, elementwise ops run
+    one kernel each."""
+    return {"expansion": tr.kv_head_expansion(s.m, s.expands_kv), "attended_bits": s.attended_bits,
+            "unfused_ops": s.engine.unfused_elementwise}
 
 
 def _host_step_s(s: _Setup, b, micro):
@@ -223,7 +224,7 @@ def _decode(s: _Setup, b, micro, spans, q=1):
     span_global, span_local, span_topk = spans
     span_topk = np.where(s.m["attn_topk"] > 0, span_topk, span_global)   # a draft model may have no top-k cap
     flops = fl.decode_flops(s.m, b, span_global, span_local, span_topk, q=q)
-    bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, span_global, span_local, s.tp, _scores_on_chip(s),
+    bytes_ = tr.decode_bytes(s.m, s.f, s.kv_bits, b, span_global, span_local, s.tp, s.scores_on_chip,
                              q=q, span_topk=span_topk, attention_dp=s.attention_dp, **_engine_passes(s))
     flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
@@ -236,7 +237,7 @@ def _decode(s: _Setup, b, micro, spans, q=1):
 def _prefill(s: _Setup, b, micro, T, cached):
     """Ledgers and phase times of prefilling micro-batches of b prompts past ``cached`` tokens."""
     flops = fl.prefill_flops(s.m, b, T, cached)
-    bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, _scores_on_chip(s), cached,
+    bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, s.scores_on_chip, cached,
                               attention_dp=s.attention_dp, **_engine_passes(s))
     flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     new_tokens = b * (T - cached)
@@ -325,7 +326,8 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     host_weights = host_experts + np.where(engine.embedding_on_host, tr.input_embedding_bytes(m, f), 0.0) / (tp * pp)
     budget = memory_budget(engine, tp, serving["ubatch_tokens"])
     # the workspace holds a score matrix only where the engine's attention writes one
-    held = {**serving, "fused_attention": engine.scores_on_chip(serving["fused_attention"])}
+    scores_on_chip = engine.scores_on_chip(serving["fused_attention"])
+    held = {**serving, "fused_attention": scores_on_chip}
     memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, held, draft=draft,
                         host_weight_bytes=host_weights, attention_dp=attention_dp, **budget)
     share = device_weight_share(serving["offload"], serving["gpu_layers"], m["layers"],
@@ -338,7 +340,8 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     network = np.asarray(layout.get("network_bytes_per_s", DEFAULT_NETWORK_BYTES_PER_S), dtype=float)
     s = _Setup(m, hw, f, kv_bits, tp, pp, ep, serving, engine, effective_rates(hw, f, peak_linear_flops_per_s, engine),
                host, share, cpu_layers, tp_link_bytes_per_s(hw, tp, node, network),
-               pp_link_bytes_per_s(hw, tp, pp, node, network), attention_dp)
+               pp_link_bytes_per_s(hw, tp, pp, node, network), attention_dp, scores_on_chip,
+               engine.expands_kv_heads(serving["fused_attention"]), engine.attended_kv_bits(kv_bits))
 
     lo, hi, steps = decode_context_range(T, O)
     span_global = mean_span(lo, hi, 0)

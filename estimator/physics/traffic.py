@@ -236,20 +236,20 @@ def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0, attention_
     tokens = B * new
     kv_tp = kv_split_ranks(tp, attention_dp)
     copies = kv_replication(m, kv_tp)
-    kv_layer = kv_bytes_per_token_layer(m, attended_bits) * copies
+    kv_layer = kv_bytes_per_token_layer(m, kv_bits) * copies   # as stored; attention reads attended_bits
     latent_layer = latent_bytes_per_token_layer(m, attended_bits) * copies
     stored_layer = latent_bytes_per_token_layer(m, kv_bits) * copies
     pairs = prefill_pairs(m, T, cached)
     # fused: each query tile re-reads the K/V its rows attend to; unfused: K/V once plus the scores
     kv_rereads = np.maximum(pairs / FLASH_QUERY_TILE, m["attn_layers"] * T)
     fused = B * latent_layer * kv_rereads * expansion + B * _indexer_prefill_reads(m, T, cached) * copies
-    unfused = B * (kv_layer * m["attn_layers"] * T * expansion
+    unfused = B * (kv_bytes_per_token_layer(m, attended_bits) * copies * m["attn_layers"] * T * expansion
                    + UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * m["attn_layers"] * new * T)
     q_and_out = 2 * tokens * m["attn_layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
     state = state_bytes_per_sequence(m, kv_tp)
     return {
         "weights": weight_bytes_streamed(m, f, tokens) + replicated_attention_bytes(m, f, tp, attention_dp),
-        "kv_write": tokens * m["kv_layers"] * kv_bytes_per_token_layer(m, kv_bits) * copies + B * state,
+        "kv_write": tokens * m["kv_layers"] * kv_layer + B * state,
         "activations": activation_bytes(m, f, tokens) + B * m["vocab"] * LOGIT_BYTES,
         "attention": np.where(fused_attention, fused, unfused) + q_and_out + B * _chunk_state_bytes(m, kv_tp, new),
         "kv_expand": _cache_copies(B * stored_layer * m["attn_layers"] * T, B * latent_layer * m["attn_layers"] * T,
