@@ -3,6 +3,7 @@
     python benchmarks/validation_residuals.py                       # engine x regime x backend x device group
     python benchmarks/validation_residuals.py engine "format family" # any labels, or measurement columns
     python benchmarks/validation_residuals.py --rows engine=vLLM regime=throughput   # the rows of one cell
+    python benchmarks/validation_residuals.py engine backend "version series"        # by engine release era
 
 For each group: rows, the median of predicted / measured speed (above 1: predicted too fast) and the median
 absolute log error. It runs the whole leave-one-source-out validation (about 90 s on 2 cores), so it is
@@ -12,6 +13,7 @@ an offline analysis, not a test.
 from __future__ import annotations
 
 import argparse
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -20,8 +22,21 @@ from estimator.formatting import table
 from estimator.validation.published import run
 
 
+def version_series(version: str) -> str:
+    """The release series of an engine version, to look for eras: llama.cpp's build number by thousands
+    ("b2824" -> "b2xxx"), a dotted release by major.minor ("0.7.3.dev138" -> "0.7"); "unstated" if none."""
+    if build := re.fullmatch(r"b(\d+)", version.strip()):
+        return f"b{int(build.group(1)) // 1000}xxx"
+    if release := re.match(r"v?(\d+)\.(\d+)", version.strip()):
+        return f"{release.group(1)}.{release.group(2)}"
+    return "unstated"
+
+
 def _value(v, labels, key: str, i: int) -> str:
-    """A validation label (engine, regime, backend, device group, format family ...) or a measurement column."""
+    """A validation label (engine, regime, backend, device group, format family ...), "version series", or a
+    measurement column."""
+    if key == "version series":
+        return version_series(str(v.problem.rows[i].get("engine_version") or ""))
     return str(labels[key][i]) if key in labels else str(v.problem.rows[i].get(key, ""))
 
 
