@@ -114,19 +114,19 @@ def _headline(validation) -> dict:
     return headline(validation)
 
 
-def _assert_same(new, old, path="", rel_tol=1e-12) -> None:
+def _assert_same(new, old, path="", rel_tol=1e-12, abs_tol=0.0) -> None:
     if isinstance(old, float) or isinstance(new, float):
         assert isinstance(new, (int, float)) and isinstance(old, (int, float)), f"{path}: {new!r} vs {old!r}"
-        assert math.isclose(new, old, rel_tol=rel_tol, abs_tol=0.0), f"{path}: {new!r} != {old!r}"
+        assert math.isclose(new, old, rel_tol=rel_tol, abs_tol=abs_tol), f"{path}: {new!r} != {old!r}"
     elif isinstance(old, dict):
         assert isinstance(new, dict) and new.keys() == old.keys(), \
             f"{path}: keys differ: {sorted(set(new) ^ set(old)) if isinstance(new, dict) else new!r}"
         for key in old:
-            _assert_same(new[key], old[key], f"{path}.{key}", rel_tol)
+            _assert_same(new[key], old[key], f"{path}.{key}", rel_tol, abs_tol)
     elif isinstance(old, list):
         assert isinstance(new, list) and len(new) == len(old), f"{path}: {new!r} vs {old!r}"
         for i, (a, b) in enumerate(zip(new, old)):
-            _assert_same(a, b, f"{path}[{i}]", rel_tol)
+            _assert_same(a, b, f"{path}[{i}]", rel_tol, abs_tol)
     else:
         assert new == old, f"{path}: {new!r} != {old!r}"
 
@@ -152,7 +152,9 @@ def test_estimate_matches_snapshot(snapshot, index):
 
 
 def test_validation_headline_matches_snapshot(snapshot, published_validation):
-    """To 1e-5: the headline rests on hundreds of least-squares fits, which stop at their tolerances, so CPUs that
-    round differently (numpy's SIMD reductions) land a few millionths apart (two x86-64 machines: 2e-12 of the
-    decode median, 2e-6 of the decode interval's width); a change in behaviour moves it by far more."""
-    _assert_same(_headline(published_validation), snapshot["headline"], "headline", rel_tol=1e-5)
+    """To 1e-4 (and 1e-5 absolute, for a bias near 0): the headline rests on hundreds of least-squares fits, which
+    stop at their tolerances, so CPUs that round differently (numpy's SIMD reductions) and numpy/scipy releases
+    land apart (two AMD x86-64 machines: 2e-6 of the decode interval's width; an Intel Xeon with numpy 2.4.6
+    and scipy 1.17.1: 2e-5 of the max-throughput median, 7e-6 absolute of its bias); a change in behaviour
+    moves a figure by a thousandth or more."""
+    _assert_same(_headline(published_validation), snapshot["headline"], "headline", rel_tol=1e-4, abs_tol=1e-5)
