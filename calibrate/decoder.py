@@ -24,6 +24,21 @@ from estimator.errors import ConfigurationError
 from estimator.specs.model import Shape
 
 
+def decode_matrices(s: Shape) -> tuple[tuple[int, int, int], ...]:
+    """The weight matrices one decode step of a dense model streams through the decoder below: (N, K, how many)
+    per distinct shape (Q, K, V and O projections, the SwiGLU MLP's three, the output head). A MoE model's
+    experts are run on the tokens that chose them, not as one skinny GEMM per matrix, so it has none here."""
+    if s.moe is not None:
+        return ()
+    d, q, kv, width, L = (s.hidden_size, s.num_attention_heads * s.head_dim, s.num_kv_heads * s.head_dim,
+                          s.intermediate_size, s.num_layers)
+    counts: dict[tuple[int, int], int] = {}
+    for n, k, per_layer in ((q, d, 1), (kv, d, 2), (d, q, 1), (width, d, 2), (d, width, 1)):
+        counts[(n, k)] = counts.get((n, k), 0) + per_layer * L
+    counts[(s.vocab_size, d)] = counts.get((s.vocab_size, d), 0) + 1
+    return tuple((n, k, c) for (n, k), c in counts.items())
+
+
 def build_decoder(torch, s: Shape, device: str, dtype, name: str = "this model"):
     """A random-weight decoder with the shapes ``s``; returns (forward, new_cache)."""
     if s.mla is not None:

@@ -55,6 +55,7 @@ def fit_summary(measurements: list[dict], llc_bytes: float, hardware: Hardware |
                                            copy_bytes_per_s=p.get("copy_bytes_per_s"))
                             for p in sorted(bw, key=lambda p: p["size_bytes"])],
         "gemm_flops_per_s": gemm, "gemv_bytes_per_s": gemv, "ridge_batch": ridge, "weight_stream_bytes_per_s": stream,
+        "model_weight_stream_bytes_per_s": model_stream(measurements),
         "attention_flops_per_s": max(attention) if attention else None,
         "launch_overhead_s": _first(measurements, "launch", "per_op_s"),
         "small_op_chain_s_per_op": _first(measurements, "small_op_chain", "per_op_s"),
@@ -70,6 +71,23 @@ def fit_summary(measurements: list[dict], llc_bytes: float, hardware: Hardware |
         summary["compute_efficiency"] = {d: rate / hardware.peak_flops_per_s(d) for d, rate in gemm.items()
                                          if hardware.peak_flops_per_s(d)}
     return Summary(**summary)
+
+
+def model_stream(measurements: list[dict]) -> dict[str, dict[str, dict[int, float]]]:
+    """Each timed model's decode curve, per dtype and M: all its matrices' weight bytes over the time they take
+    together, Σ count·N·K·bytes / Σ count·t (the rate its whole step streams at); an M where one matrix failed
+    has no point."""
+    timed: dict[tuple[str, str, int], list[dict]] = {}
+    for m in measurements:
+        if m.get("bench") == "model_matmul":
+            timed.setdefault((m["model"], m["dtype"], m["m"]), []).append(m)
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    for (model, dtype, rows), matrices in sorted(timed.items()):
+        if all(m.get("ok") for m in matrices):
+            moved = sum(m["count"] * m["n"] * m["k"] * ELEMENT_BYTES[dtype] for m in matrices)
+            out.setdefault(model, {}).setdefault(dtype, {})[rows] = moved / sum(m["count"] * m["median_s"]
+                                                                                 for m in matrices)
+    return out
 
 
 def _first(measurements: list[dict], bench: str, key: str) -> float | None:

@@ -37,6 +37,8 @@ class Plan:
     host_bytes: int
     reps: int
     kv_expand_bytes: int   # the grouped KV cache a head expansion copies (compact size)
+    # models whose own decode matrices are timed too: (name, ((N, K, count), ...)), calibrate.decoder.decode_matrices
+    model_matrices: tuple[tuple[str, tuple[tuple[int, int, int], ...]], ...] = ()
 
 
 def plan_for(device: str, mode: str) -> Plan:
@@ -96,6 +98,11 @@ def _tasks(torch, device: str, plan: Plan, llc: float, budget: float) -> list[tu
         for n, k in plan.matmul_shapes:
             tasks += [("matmul", {"dtype": dtype, "m": m, "n": n, "k": k}, lambda d=dtype, m=m, n=n, k=k: bm.matmul(
                 torch, device, d, m, n, k, llc_bytes=llc, budget_bytes=budget, reps=reps)) for m in plan.matmul_rows]
+        for model, matrices in plan.model_matrices:
+            tasks += [("model_matmul", {"model": model, "dtype": dtype, "m": m, "n": n, "k": k, "count": count},
+                       lambda d=dtype, m=m, n=n, k=k: bm.matmul(torch, device, d, m, n, k, llc_bytes=llc,
+                                                                 budget_bytes=budget, reps=reps))
+                      for n, k, count in matrices for m in plan.matmul_rows]
         tasks += [("matmul", {"dtype": dtype, "m": s, "n": s, "k": s}, lambda d=dtype, s=s: bm.matmul(
             torch, device, d, s, s, s, llc_bytes=llc, budget_bytes=budget, reps=max(3, reps // 3)))
             for s in plan.gemm_sizes]
@@ -161,6 +168,14 @@ def calibrate(device: str = "cpu", mode: str = "quick", plan: Plan | None = None
 def _plain(measurement: dict) -> dict:
     """YAML-safe: floats stay floats, nothing that is not finite."""
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in measurement.items()}
+
+
+def with_models(plan: Plan, models) -> Plan:
+    """``plan`` that also times the decode matrices of ``models`` (ModelSpecs; a MoE model adds none)."""
+    from calibrate.decoder import decode_matrices
+
+    added = tuple((spec.name, matrices) for spec in models if (matrices := decode_matrices(spec.shape)))
+    return replace(plan, model_matrices=plan.model_matrices + added)
 
 
 def tiny_plan(device: str) -> Plan:

@@ -30,6 +30,9 @@ def format_profile(profile: CalibrationProfile, hardware: Hardware | None) -> st
     rows += [(f"{d} skinny-GEMM ridge", f"M = {v:,.1f}", "", "") for d, v in s.ridge_batch.items()]
     rows += [(f"{d} weight stream (M={m})", _rate(r, "GB/s", GB), "", "")   # the decode curve beyond M=1
              for d, curve in s.weight_stream_bytes_per_s.items() for m, r in sorted(curve.items()) if m > 1]
+    rows += [(f"{model} {d} weight stream (M={m})", _rate(r, "GB/s", GB), "", "")   # a timed model's own curve
+             for model, by_dtype in s.model_weight_stream_bytes_per_s.items() for d, curve in by_dtype.items()
+             for m, r in sorted(curve.items())]
     if s.attention_flops_per_s:
         rows.append(("fused attention (SDPA)", _rate(s.attention_flops_per_s, "TFLOPS", TFLOPS), "", ""))
     if s.kv_expand_bytes_per_s:

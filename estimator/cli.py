@@ -27,7 +27,7 @@ from estimator.errors import (
     write_atomically,
 )
 from estimator.evaluation.api import estimate, resolve_calibrated_hardware, speculative_speedup_grid
-from estimator.evaluation.resolve import resolve_engine
+from estimator.evaluation.resolve import resolve_engine, resolve_model
 from estimator.formatting import stderr_progress, to_json
 from estimator.planning import disaggregation as disagg
 from estimator.reporting import catalog
@@ -153,7 +153,8 @@ def _check_validate(args: argparse.Namespace) -> None:
 
 def _check_calibrate(args: argparse.Namespace) -> None:
     if args.compare:
-        _refuse(args, ("device", "mode", "out", "force", "db"), "not used by --compare, which only reads two profiles")
+        _refuse(args, ("device", "mode", "out", "force", "db", "model"),
+                "not used by --compare, which only reads two profiles")
     elif args.out:
         prepare_output(args.out, args.force, "--out")
     else:
@@ -221,19 +222,30 @@ def run(args: argparse.Namespace) -> str:
 def _calibrate(args: argparse.Namespace, db) -> str:
     from estimator.efficiency.calibration_profile import default_profile_path, load_profile, save_profile
     try:
-        from calibrate.run import calibrate, tiny_plan
+        from calibrate.run import calibrate, plan_for, tiny_plan, with_models
         from calibrate.summary import compare, format_profile
     except ImportError as exc:
         raise ConfigurationError(str(exc)) from None
     if args.compare:
         return compare(*(load_profile(p) for p in args.compare))
-    plan = tiny_plan(args.device) if args.mode == "smoke" else None
+    plan = tiny_plan(args.device) if args.mode == "smoke" else plan_for(args.device, args.mode or "quick")
+    if args.model:
+        plan = with_models(plan, [_dense_model(name, db) for name in args.model])
     profile = calibrate(args.device, "quick" if args.mode in (None, "smoke") else args.mode, plan=plan, db=db,
                         progress=stderr_progress)
     out = write_atomically(args.out or default_profile_path(profile.device.name),
                            lambda path: save_profile(profile, path, force=True), args.force or not args.out, "--out")
     hardware = db.hardware.get(profile.device.matched_hardware) if profile.device.matched_hardware else None
     return format_profile(profile, hardware) + f"\nprofile written to {out}"
+
+
+def _dense_model(name: str, db):
+    """A model whose decode matrices a calibration can time: in the database and dense."""
+    spec = resolve_model(name, db)
+    if spec.shape.moe is not None:
+        raise ConfigurationError(f"--model {name}: {spec.name} is a mixture of experts; calibrate --model times "
+                                 "a dense model's decode matrices (its experts run on the tokens that chose them)")
+    return spec
 
 
 def plan_from_args(args: argparse.Namespace):

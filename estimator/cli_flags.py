@@ -232,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--full", dest="mode", action="store_const", const="full", help="a few minutes, more sizes")
     mode.add_argument("--smoke", dest="mode", action="store_const", const="smoke",
                       help="the smallest plan, a few seconds: checks the setup, not for estimates")
+    cal.add_argument("--model", action="append", type=_name,
+                     help="also time this dense model's own decode matrices (repeatable): its estimates then read "
+                          "its own decode curve instead of the calibration shape's")
     cal.add_argument("--out", type=_name, help="profile path (default: the calibration folder, named after the device)")
     cal.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     cal.add_argument("--compare", nargs=2, type=_name, metavar=("A.yaml", "B.yaml"),

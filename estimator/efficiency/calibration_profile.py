@@ -63,6 +63,9 @@ class Summary(BaseModel):
     weight_stream_bytes_per_s: dict[str, dict[int, float]] = Field(
         default_factory=dict, description="weights streamed per second by a GEMM of M rows (the decode curve), per "
                                           "dtype and M: weight bytes / median time, the best skinny shape")
+    model_weight_stream_bytes_per_s: dict[str, dict[str, dict[int, float]]] = Field(
+        default_factory=dict, description="a timed model's own decode curve, per model, dtype and M: its matrices' "
+                                          "weight bytes over the time they take together")
     attention_flops_per_s: float | None = Field(default=None, gt=0)
     launch_overhead_s: float | None = Field(default=None, gt=0)
     small_op_chain_s_per_op: float | None = Field(default=None, gt=0)
@@ -179,15 +182,19 @@ WEIGHT_STREAM_ROWS = (1, 4, 16, 64, 256)
 CURVE_DTYPE_OF_FORMAT = {"f32": "fp32", "f16": "fp16", "bf16": "bf16"}
 
 
-def weight_stream_efficiencies(profile: CalibrationProfile, hw, fmt_name: str) -> list[float] | None:
+def weight_stream_efficiencies(profile: CalibrationProfile, hw, fmt_name: str,
+                               model: str | None = None) -> list[float] | None:
     """The measured weight-stream rate of a GEMM of M rows as a fraction of ``hw``'s datasheet bandwidth, at each
-    of :data:`WEIGHT_STREAM_ROWS` (None when the profile has no curve for the format's dtype).
+    of :data:`WEIGHT_STREAM_ROWS` (None when the profile has no curve for the format's dtype): ``model``'s own
+    curve where the profile timed that model's matrices, else the calibration shape's.
 
     On a CPU a matrix-vector product streams weights well below a read loop's plateau (about 24 GB/s against
     42 on the 2-core machine of docs/formulas.md §13), and a few rows more can be slower still: the read
     plateau overstates decode there, the curve does not. A row count between two measured ones is
     interpolated in log M by the estimate."""
-    curve = profile.summary.weight_stream_bytes_per_s.get(CURVE_DTYPE_OF_FORMAT.get(fmt_name, ""))
+    dtype = CURVE_DTYPE_OF_FORMAT.get(fmt_name, "")
+    own = profile.summary.model_weight_stream_bytes_per_s.get(model or "", {}).get(dtype)
+    curve = own if own and 1 in own and len(own) >= 2 else profile.summary.weight_stream_bytes_per_s.get(dtype)
     if not curve or 1 not in curve or len(curve) < 2:
         return None
     rows = sorted(curve)

@@ -172,9 +172,10 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
             for key in ("eager_layer_s", "eager_expert_s", "kv_expand_bytes_per_s"):
                 hw_columns[key][i] = getattr(profile.summary, key) or np.nan
     hw = on_axis(hw_columns, 1)
-    by_device_and_format = {**weight_stream_columns(devices, fmts, calibrations or {}, physical_limit),
-                            "fp4_gemm": fp4_gemm_table(dtypes).T}
-    hw.update({k: v.reshape(1, sizes[1], sizes[2], *[1] * (len(sizes) - 3)) for k, v in by_device_and_format.items()})
+    hw["fp4_gemm"] = fp4_gemm_table(dtypes).T.reshape(1, sizes[1], sizes[2], *[1] * (len(sizes) - 3))
+    # the decode curve may be a model's own: by model, device and format
+    hw.update({k: v.reshape(*sizes[:3], *[1] * (len(sizes) - 3)) for k, v in
+               weight_stream_columns(model_specs, devices, fmts, calibrations or {}, physical_limit).items()})
     results = compute_results(
         m=on_axis(model_columns(model_specs), 0), hw=hw,
         f=f_columns, kv=on_axis(kv_columns(kvs), 3), host=host, draft=draft,

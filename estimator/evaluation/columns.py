@@ -9,6 +9,7 @@ for a list of arbitrary configurations.
 
 from __future__ import annotations
 
+from itertools import product
 from typing import Sequence
 
 import numpy as np
@@ -243,16 +244,17 @@ def fp4_gemm_table(dtypes: list[list[str]]) -> np.ndarray:
     return np.array([[float(d == "fp4") for d in row] for row in dtypes])
 
 
-def weight_stream_columns(devices, fmts, calibrations: dict, physical_limit: bool) -> dict[str, np.ndarray]:
-    """Per device and format, a calibrated device's decode curve (weight-stream efficiency at each row count of
-    WEIGHT_STREAM_ROWS), NaN elsewhere; empty when no device has one (the estimate then reads no curve)."""
-    curves = np.full((len(WEIGHT_STREAM_ROWS), len(devices), len(fmts)), np.nan)
+def weight_stream_columns(models, devices, fmts, calibrations: dict, physical_limit: bool) -> dict[str, np.ndarray]:
+    """Per model, device and format, a calibrated device's decode curve (weight-stream efficiency at each row
+    count of WEIGHT_STREAM_ROWS; the model's own where the profile timed its matrices), NaN elsewhere; empty
+    when no device has one (the estimate then reads no curve)."""
+    curves = np.full((len(WEIGHT_STREAM_ROWS), len(models), len(devices), len(fmts)), np.nan)
     for i, device in enumerate(devices):
         profile = None if physical_limit else calibrations.get(device.name)
-        for j, fmt in enumerate(fmts):
-            found = profile and weight_stream_efficiencies(profile, device, fmt.name)
+        for (j, fmt), (k, model) in product(enumerate(fmts), enumerate(models)):
+            found = profile and weight_stream_efficiencies(profile, device, fmt.name, model.name)
             if found:
-                curves[:, i, j] = found
+                curves[:, k, i, j] = found
     if np.isnan(curves).all():
         return {}
     return dict(zip(WEIGHT_STREAM_KEYS, curves))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from dataclasses import replace
 
 from estimator.evaluation.api import estimate
 from estimator.formatting import seconds, table
@@ -76,8 +77,8 @@ def validate_local(device: str = "cpu", models=None, quick: bool = False, db: Da
     from calibrate import require_torch
     from calibrate.decoder import build_decoder
     from calibrate.identity import cpu_name
-    from calibrate.run import calibrate, check_device, tiny_plan
-    from estimator.efficiency.calibration_profile import find_profile, load_profile
+    from calibrate.run import calibrate, check_device, plan_for, tiny_plan, with_models
+    from estimator.efficiency.calibration_profile import CURVE_DTYPE_OF_FORMAT, find_profile, load_profile
 
     torch = require_torch()
     check_device(torch, device)
@@ -86,9 +87,14 @@ def validate_local(device: str = "cpu", models=None, quick: bool = False, db: Da
         profile = load_profile(calibration)
     else:
         profile = find_profile(cpu_name()) if device == "cpu" else None
-    if profile is None:
-        profile = calibrate(device, "quick", plan=tiny_plan(device) if quick else None, db=db)
+    names = models or ([QUICK_MODEL] if quick else DEFAULT_MODELS)
     dtype_name = DTYPE_BY_DEVICE[device]
+    if profile is None:
+        # a fresh measurement, for this run only: the dtype the decoder runs in, and the models' own decode
+        # matrices (the calibration shape's curve misses a CPU's slow skinny GEMMs on large ones, §13)
+        plan = tiny_plan(device) if quick else plan_for(device, "quick")
+        plan = replace(plan, dtypes=(CURVE_DTYPE_OF_FORMAT[FORMAT_BY_DTYPE[dtype_name]],))
+        profile = calibrate(device, "quick", plan=with_models(plan, [db.models.get(n) for n in names]), db=db)
     output = output_tokens or (16 if quick else 32)
     if batches or prompts:
         runs = [(b, p, output) for b in (batches or [1]) for p in (prompts or [128])]
@@ -96,7 +102,7 @@ def validate_local(device: str = "cpu", models=None, quick: bool = False, db: Da
         runs = [(1, 128, output), (4, 128, output)] if quick else \
             [(1, 128, output), (1, 512, output), (4, 256, output), (8, 128, output)]
     rows = []
-    for name in (models or ([QUICK_MODEL] if quick else DEFAULT_MODELS)):
+    for name in names:
         spec = db.models.get(name)
         forward, new_cache = build_decoder(torch, spec.shape, device, getattr(torch, dtype_name), spec.name)
         for batch, prompt, output in runs:
