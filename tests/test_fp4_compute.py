@@ -56,3 +56,25 @@ def test_published_blackwell_fp4_throughput(db):
             and r["metric"].startswith("throughput")]
     assert len(rows) >= 150
     assert median_abs_error(rows, db) <= 0.18
+
+
+@pytest.mark.parametrize("gpu, engine_name, dtype", [
+    ("b200", "tensorrt-llm", "mxfp8"), ("gb200", "vllm", "mxfp8"),   # Blackwell: MXFP8 activations x MXFP4 experts
+    ("h100", "tensorrt-llm", "bf16"), ("h200", "sglang", "bf16"),    # Hopper: FP8 MMA takes no block scales: BF16
+    ("mi300x", "vllm", "bf16"),                                      # CDNA3: FP8 but no FP4, so no MX operands
+    ("b200", "llama.cpp", "bf16"),                                   # an engine with no FP8 path: its 16-bit GEMMs
+])
+def test_gpt_oss_experts_compute_as_they_are_served(db, gpu, engine_name, dtype):
+    """gpt-oss's MXFP4 experts are served with MXFP8 activations on Blackwell and BF16 ones on Hopper (TensorRT-LLM's
+    gpt-oss deployment guide), so on a B200 they compute at its FP8 rate (4.5 PFLOPS dense), not its FP4 one (9),
+    and they are not FP4 GEMMs (the engine's FP4 share does not apply)."""
+    from estimator.evaluation.api import estimate
+    e = estimate("gpt-oss-120b", gpu, weight_format="mxfp4-experts", engine=engine_name)
+    assert e.to_dict()["compute_dtype"] == dtype
+
+
+def test_the_mxfp8_rate_is_the_fp8_rate_where_the_tensor_cores_take_fp4(db):
+    b200, h100, mi300x = (db.hardware.get(name) for name in ("b200", "h100", "mi300x"))
+    assert b200.peak_flops_per_s("mxfp8") == b200.peak_flops_per_s("fp8") == pytest.approx(4.5e15)
+    assert h100.peak_flops_per_s("fp8") and h100.peak_flops_per_s("mxfp8") is None
+    assert mi300x.peak_flops_per_s("fp8") and mi300x.peak_flops_per_s("mxfp8") is None

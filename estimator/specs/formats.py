@@ -224,9 +224,12 @@ WEIGHT_FORMATS: tuple[WeightFormat, ...] = (
               "head and embedding bf16"),
     WeightFormat(
         name="mxfp4-experts", aliases=("gpt-oss-mxfp4",), linear_bits=4 + 8 / 32, experts_only=True,
-        head_bits=16, embedding_bits=16, compute_dtypes=("fp4", "bf16", "fp16"), dequant="fp4",
+        head_bits=16, embedding_bits=16, compute_dtypes=("mxfp8", "bf16", "fp16"), dequant="fp4",
         basis="gpt-oss as released: routed experts in MXFP4 (4.25 bits), attention, router, head and "
-              "embedding in bf16 (OpenAI gpt-oss model card, 2025-08)"),
+              "embedding in bf16 (OpenAI gpt-oss model card, 2025-08). Served with MXFP8 activations on "
+              "Blackwell, BF16 on Hopper (TensorRT-LLM's gpt-oss deployment guide, MoE backend matrix: "
+              "TRTLLM MXFP8 x MXFP4 on B200/GB200/B300/GB300, TRITON BF16 x MXFP4 on H200), so its expert "
+              "GEMMs run at the FP8 rate, not the FP4 one"),
     WeightFormat(
         name="MXFP4_MOE", aliases=("mxfp4-moe", "gguf-mxfp4"), linear_bits=4 + 8 / 32, experts_only=True,
         dense_linear_bits=8.5, head_bits=8.5, embedding_bits=8.5, compute_dtypes=F16_FALLBACK, dequant="gguf",

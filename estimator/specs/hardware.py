@@ -223,7 +223,14 @@ class Hardware(Frozen):
         return self.memory.bandwidth.base
 
     def peak_flops_per_s(self, dtype: str) -> float | None:
-        """Dense peak for ``dtype``, or None when the device does not publish one."""
+        """Dense peak for ``dtype``, or None when the device does not publish one.
+
+        "mxfp8" is an FP8 GEMM with OCP Microscaling block scales on either operand (MXFP4 weights times MXFP8
+        activations): it runs at the device's FP8 rate where the tensor cores take block-scaled operands,
+        which arrived with their FP4 support (NVIDIA Blackwell's block-scaled MMA, AMD CDNA4), so a device that
+        lists an FP4 peak; elsewhere it has none (Hopper's FP8 MMA takes no block scales; docs/formulas.md §1)."""
+        if dtype == "mxfp8":
+            return self.peak_flops_per_s("fp8") if self.peak_flops_per_s("fp4") else None
         peak = self.dense_peak.get(dtype)
         return None if peak is None else peak.base
 
