@@ -25,9 +25,10 @@ from estimator.validation.published import run
 def version_series(version: str) -> str:
     """The release series of an engine version, to look for eras: llama.cpp's build number by thousands
     ("b2824" -> "b2xxx"), a dotted release by major.minor ("0.7.3.dev138" -> "0.7"); "unstated" if none."""
-    if build := re.fullmatch(r"b(\d+)", version.strip()):
+    version = version.strip()
+    if build := re.fullmatch(r"b(\d+)", version):
         return f"b{int(build.group(1)) // 1000}xxx"
-    if release := re.match(r"v?(\d+)\.(\d+)", version.strip()):
+    if release := re.match(r"v?(\d+)\.(\d+)", version):
         return f"{release.group(1)}.{release.group(2)}"
     return "unstated"
 

@@ -228,11 +228,11 @@ def _calibrate(args: argparse.Namespace, db) -> str:
         raise ConfigurationError(str(exc)) from None
     if args.compare:
         return compare(*(load_profile(p) for p in args.compare))
-    plan = tiny_plan(args.device) if args.mode == "smoke" else plan_for(args.device, args.mode or "quick")
+    mode = "quick" if args.mode in (None, "smoke") else args.mode
+    plan = tiny_plan(args.device) if args.mode == "smoke" else plan_for(args.device, mode)
     if args.model:
         plan = with_models(plan, [_dense_model(name, db) for name in args.model])
-    profile = calibrate(args.device, "quick" if args.mode in (None, "smoke") else args.mode, plan=plan, db=db,
-                        progress=stderr_progress)
+    profile = calibrate(args.device, mode, plan=plan, db=db, progress=stderr_progress)
     out = write_atomically(args.out or default_profile_path(profile.device.name),
                            lambda path: save_profile(profile, path, force=True), args.force or not args.out, "--out")
     hardware = db.hardware.get(profile.device.matched_hardware) if profile.device.matched_hardware else None
@@ -240,9 +240,11 @@ def _calibrate(args: argparse.Namespace, db) -> str:
 
 
 def _dense_model(name: str, db):
-    """A model whose decode matrices a calibration can time: in the database and dense."""
+    """A model whose decode matrices a calibration can time: in the database, with matrices to time (dense)."""
+    from calibrate.decoder import decode_matrices
+
     spec = resolve_model(name, db)
-    if spec.shape.moe is not None:
+    if not decode_matrices(spec.shape):
         raise ConfigurationError(f"--model {name}: {spec.name} is a mixture of experts; calibrate --model times "
                                  "a dense model's decode matrices (its experts run on the tokens that chose them)")
     return spec

@@ -194,12 +194,17 @@ def weight_stream_efficiencies(profile: CalibrationProfile, hw, fmt_name: str,
     interpolated in log M by the estimate."""
     dtype = CURVE_DTYPE_OF_FORMAT.get(fmt_name, "")
     own = profile.summary.model_weight_stream_bytes_per_s.get(model or "", {}).get(dtype)
-    curve = own if own and 1 in own and len(own) >= 2 else profile.summary.weight_stream_bytes_per_s.get(dtype)
-    if not curve or 1 not in curve or len(curve) < 2:
+    curve = own if _usable(own) else profile.summary.weight_stream_bytes_per_s.get(dtype)
+    if not _usable(curve):
         return None
     rows = sorted(curve)
     rates = np.interp(np.log(WEIGHT_STREAM_ROWS), np.log(rows), [curve[m] for m in rows])
     return [min(float(r) / hw.memory_bandwidth_bytes_per_s, 1.0) for r in rates]
+
+
+def _usable(curve: dict[int, float] | None) -> bool:
+    """A curve the estimate can read: the one-row rate and at least one more."""
+    return bool(curve) and 1 in curve and len(curve) >= 2
 
 
 def weight_stream_eff_at(curve: list, tokens) -> np.ndarray:

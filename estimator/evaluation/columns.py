@@ -251,8 +251,10 @@ def weight_stream_columns(models, devices, fmts, calibrations: dict, physical_li
     curves = np.full((len(WEIGHT_STREAM_ROWS), len(models), len(devices), len(fmts)), np.nan)
     for i, device in enumerate(devices):
         profile = None if physical_limit else calibrations.get(device.name)
+        if profile is None:   # the usual case: no per-model, per-format work for an uncalibrated device
+            continue
         for (j, fmt), (k, model) in product(enumerate(fmts), enumerate(models)):
-            found = profile and weight_stream_efficiencies(profile, device, fmt.name, model.name)
+            found = weight_stream_efficiencies(profile, device, fmt.name, model.name)
             if found:
                 curves[:, k, i, j] = found
     if np.isnan(curves).all():
