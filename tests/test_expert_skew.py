@@ -33,6 +33,15 @@ def test_top_k_never_picks_an_expert_twice():
     assert pi.max() <= 1.0 and pi.sum() == pytest.approx(4.0)
 
 
+def test_a_dense_row_beside_moe_rows_has_no_experts_under_skew():
+    # one vectorized batch: a dense model (E = k = 0) and an MoE; the dense row must stay 0, never 0/0
+    with np.errstate(all="raise"):
+        touched = distinct_experts(np.array([0, 4]), np.array([0, 1]), 2, np.array([1.0, 1.0]))
+        share, on_rank = busiest_rank(np.array([0, 4]), np.array([0, 1]), 2, 1.0, 2)
+    assert touched == pytest.approx([0.0, 1.672])
+    assert share == pytest.approx([0.0, 0.64]) and on_rank == pytest.approx([0.0, 0.7296 + 0.2944])
+
+
 @pytest.mark.parametrize("batch", [1, 4, 32, 256])
 def test_on_one_device_more_skew_never_reads_more(batch, db):
     read = [estimate("mixtral-8x7b", "h200", batch=batch, expert_skew=s).decode_bytes_weights

@@ -30,7 +30,8 @@ def inclusion_probabilities(num_experts, experts_per_token, skew):
     rank = np.arange(1, int(np.max(num_experts)) + 1, dtype=float)
     present = rank <= E
     weight = np.where(present, rank ** -s, 0.0)
-    pi = k * weight / weight.sum(axis=-1, keepdims=True)
+    # a dense model's row (E = 0) in a batch with MoE rows has no experts: all its π are 0, not 0/0
+    pi = k * weight / np.maximum(weight.sum(axis=-1, keepdims=True), 1e-300)
     for _ in range(REDISTRIBUTIONS):
         capped = np.minimum(pi, 1.0)
         free = (capped < 1.0) & present
@@ -69,6 +70,7 @@ def busiest_rank(num_experts, experts_per_token, tokens, skew, ep):
     pi = inclusion_probabilities(num_experts, experts_per_token, skew)
     ep = np.asarray(ep, dtype=float)[..., None]
     on_first = (np.arange(pi.shape[-1]) % np.maximum(ep, 1)) == 0
-    share = np.sum(np.where(on_first, pi, 0.0), axis=-1) / np.asarray(experts_per_token, dtype=float)
+    share = np.sum(np.where(on_first, pi, 0.0), axis=-1) / np.maximum(np.asarray(experts_per_token, dtype=float),
+                                                                       1.0)
     touched = np.sum(np.where(on_first, 1 - (1 - pi) ** np.asarray(tokens, dtype=float)[..., None], 0.0), axis=-1)
     return share, touched
