@@ -276,6 +276,21 @@ def test_predict_gives_each_bad_row_a_status_and_runs_the_rest(tmp_path):
     assert rows["moe"]["status"] == "invalid" and "99" in rows["moe"]["reason"]     # more MoE layers than it has
 
 
+def test_a_row_without_the_lengths_its_metric_needs_is_refused_naming_the_column():
+    """An MLPerf summary states neither lengths: an empty cell was read as a 1-token prompt and output, and
+    predicted 8xMI325X Mixtral 4-6x too slow. A throughput needs both lengths, a prompt's speed its own; a decode
+    speed is read after a short prompt when the source gives none."""
+    from estimator.validation.predict import predict_rows
+    row = {"id": "x", "hardware": "h100", "n_gpus": "1", "model": "llama-3.1-8b", "weight_format": "bf16",
+           "batch": "", "input_len": "", "output_len": "", "metric": "throughput_out_tps"}
+    out = predict_rows([row, {**row, "id": "p", "metric": "prefill_tps", "batch": "1", "output_len": "0"},
+                        {**row, "id": "d", "metric": "decode_tps_per_seq", "batch": "1"},
+                        {**row, "id": "ok", "input_len": "294.5", "output_len": "300.5"}])
+    assert [o["status"] for o in out] == ["invalid", "invalid", "ok", "ok"]
+    assert "'input_len' is empty" in out[0]["reason"] and "throughput_out_tps" in out[0]["reason"]
+    assert "'input_len' is empty" in out[1]["reason"]
+
+
 @pytest.mark.parametrize("url, cited", [
     ("https://github.com/ggml-org/llama.cpp/discussions/15396", True),
     ("benchmarks/results/h200-2026-11-30/", True),        # a row this project measured: where its raw output is

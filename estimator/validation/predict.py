@@ -73,6 +73,12 @@ def result_column(metric: str, statistic: str, engine_sets_batch: bool) -> tuple
 
 
 REQUIRED = ("id", "hardware", "n_gpus", "model", "weight_format", "batch", "input_len", "output_len", "metric")
+# The lengths a metric cannot be evaluated without: an empty cell is no length. A decode speed is measured after
+# whatever prompt the source used, taken as short when unstated; a prompt's speed or time needs its length, and
+# a whole request's time or a throughput needs both (an MLPerf summary states neither).
+NEEDS_LENGTHS = {"prefill_tps": ("input_len",), "ttft_ms": ("input_len",),
+                 "e2e_latency_s": ("input_len", "output_len"), "throughput_out_tps": ("input_len", "output_len"),
+                 "throughput_out_tps_per_gpu": ("input_len", "output_len")}
 OUTPUT_COLUMNS = ("id", "status", "engine", "metric", "predicted", "predicted_low", "predicted_high", "measured",
                   "unit", "rel_error", "reason")
 
@@ -151,6 +157,10 @@ def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None
     for key in ("model", "weight_format"):
         if not _cell(row, key):
             raise ConfigurationError(f"column {key!r} is empty")
+    for key in NEEDS_LENGTHS.get(metric, ()):
+        if not _cell(row, key):
+            raise ConfigurationError(f"column {key!r} is empty: a {metric} row needs the tokens per request "
+                                     "(a dataset's mean may be fractional; 0 for none)")
     hardware = hardware or hardware_of_row(row, db)
     model = _resolve(lambda n: resolve_model(n, db), _cell(row, "model")).require_modelled()
     model = engine.runs_model(model) if engine else model
