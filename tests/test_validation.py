@@ -45,7 +45,7 @@ def test_dataset_meets_its_coverage_targets(dataset, problem):
 
 def test_every_row_has_a_url_and_a_known_metric(dataset):
     from estimator.validation.dataset import _cites_source
-    from estimator.validation.predict import METRICS
+    from estimator.validation.metrics import METRICS
     for row in dataset.rows:
         assert _cites_source(row["url"]) and row["metric"] in METRICS and row["source"], row["id"]
 

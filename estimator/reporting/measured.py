@@ -31,7 +31,7 @@ from estimator.evaluation.api import Estimate
 from estimator.specs.database import load_database
 from estimator.specs.formats import weight_format
 from estimator.validation.dataset import load_dataset
-from estimator.validation.predict import METRICS
+from estimator.validation.metrics import METRICS
 
 LIMIT = 10
 PREFILL_METRICS = ("prefill_tps", "ttft_ms")

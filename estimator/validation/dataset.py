@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from estimator.errors import DatabaseError
-from estimator.validation.predict import METRICS
+from estimator.validation.metrics import METRICS
 
 COLUMNS = ("id", "source", "url", "framework", "engine", "engine_version", "backend", "date", "hardware", "n_gpus",
            "tp", "model", "params_b", "active_params_b", "weight_format", "kv_format", "batch", "concurrency",
