@@ -3,6 +3,8 @@ which unit, and the lengths a row needs to be evaluated at all."""
 
 from __future__ import annotations
 
+from estimator.evaluation.intervals import PREFILL_METRICS, THROUGHPUT_METRICS
+
 # metric name -> (result column, factor from base units to the metric's unit)
 METRICS = {
     "decode_tps_per_seq": ("decode_tps_per_seq", 1.0),
@@ -32,6 +34,5 @@ def result_column(metric: str, statistic: str, engine_sets_batch: bool) -> tuple
 # The lengths a metric cannot be evaluated without: an empty cell is no length. A decode speed is measured after
 # whatever prompt the source used, taken as short when unstated; a prompt's speed or time needs its length, and
 # a whole request's time or a throughput needs both (an MLPerf summary states neither).
-NEEDS_LENGTHS = {"prefill_tps": ("input_len",), "ttft_ms": ("input_len",),
-                 "e2e_latency_s": ("input_len", "output_len"), "throughput_out_tps": ("input_len", "output_len"),
-                 "throughput_out_tps_per_gpu": ("input_len", "output_len")}
+NEEDS_LENGTHS = {**{metric: ("input_len",) for metric in PREFILL_METRICS},
+                 **{metric: ("input_len", "output_len") for metric in (*THROUGHPUT_METRICS, "e2e_latency_s")}}
