@@ -248,6 +248,51 @@ def test_a_published_closed_loop_in_lockstep():
     assert many / few == pytest.approx(measured, rel=0.25)
 
 
+def test_a_release_that_prefills_alone_runs_its_closed_loops_in_lockstep():
+    """dstack's DeepSeek-R1 runs on 8 MI300X under vLLM 0.7.3 (the V0 engine, which schedules prompts in steps of
+    their own before any decode): the mean TTFT grows 9.7x from 4 to 64 clients (1.26 s to 12.2 s), a wave of
+    prompts at a time. The row's release selects V0's scheduling and its lockstep gives that growth within 25%;
+    the same rows read as a current (V1) release, whose steps mix prompts into the decode, grow 1.5x."""
+    rows = {r["id"]: r for r in csv.DictReader((ROOT / "measurements_db" / "datacenter-2025.csv")
+                                               .open(encoding="utf-8"))}
+    pair = [rows[f"dstack-dsr1-mi300x-vllm-c{c}-o800-ttft"] for c in (4, 64)]
+    assert all(r["engine_version"].startswith("0.7.3") for r in pair)
+    measured = float(pair[1]["value"]) / float(pair[0]["value"])
+    assert measured == pytest.approx(9.7, rel=0.01)
+    few, many = (float(r["predicted"]) for r in predict_rows(pair))
+    assert many / few == pytest.approx(measured, rel=0.25)
+    current = [{**r, "engine_version": "0.11.0"} for r in pair]
+    few_v1, many_v1 = (float(r["predicted"]) for r in predict_rows(current))
+    assert many_v1 / few_v1 < 2.0 and few_v1 < few
+
+
+def test_an_engine_release_selects_only_its_scheduling():
+    """vLLM before 0.8.0 (V0) prefills whole prompts in steps of their own; 0.8.0 and later, an unstated release
+    and a container tag without a release number keep the profile's (V1) scheduling."""
+    from estimator.efficiency.engine_profiles import engine, release_of
+    vllm = engine("vLLM")
+    assert release_of("0.7.3.dev138+g21f6ca217") == (0, 7, 3) and release_of("NGC 25.09") is None
+    assert dict(vllm.scheduling_at("0.7.4.dev181+gf35f8e22")) == {"prefill_runs_alone": True,
+                                                                  "prefill_chunk_tokens": None}
+    assert engine("vLLM@rocm").scheduling_at("v0.6.6") == vllm.scheduling_at("0.7.3")
+    for current in ("0.8.0", "0.11.0", "", "NGC 25.09"):
+        assert vllm.scheduling_at(current) == ()
+    assert not vllm.parameters.prefill_runs_alone and vllm.parameters.prefill_chunk_tokens == 8192
+    released = engine("vllm@0.7.3")                       # --engine vLLM@0.7.3: the efficiencies stay the profile's
+    assert released.name == "vLLM@0.7.3" and released.parameters.prefill_runs_alone
+    assert released.parameters.model_copy(update={"prefill_runs_alone": False, "prefill_chunk_tokens": 8192}) \
+        == vllm.parameters
+
+
+def test_an_estimate_of_a_v0_release_under_a_closed_loop_is_in_lockstep(db):
+    """`roofline estimate --engine vLLM@0.7.3 --concurrency 64`: each cycle is the all-at-once run of 64."""
+    common = {"n_gpus": 8, "weight_format": "fp8", "prompt_tokens": 3200, "output_tokens": 800}
+    loop = estimate("deepseek-v3", "h200", engine="vLLM@0.7.3", concurrency=64, **common)
+    burst = estimate("deepseek-v3", "h200", engine="vLLM@0.7.3", num_requests=64, **common)
+    assert loop.ttft_s == pytest.approx(burst.ttft_s) and loop.itl_s == pytest.approx(burst.itl_s)
+    assert estimate("deepseek-v3", "h200", engine="vLLM", concurrency=64, **common).ttft_s < 0.2 * loop.ttft_s
+
+
 def test_an_all_at_once_run_of_a_length_mix(db, tmp_path):
     """vllm bench serve on a dataset of varied lengths (--lengths with --num-requests): a file of identical
     requests is the fixed-length run exactly; a wide mix with the same means fits fewer sequences (the tail of

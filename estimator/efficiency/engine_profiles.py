@@ -11,8 +11,10 @@ are global per engine (across devices and models) and fitted by
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from importlib import resources
+from typing import Literal
 
 import yaml
 from pydantic import Field, ValidationError
@@ -75,6 +77,31 @@ class SchedulerDefaults(Frozen):
         return float("inf") if cap is None else float(cap)
 
 
+class Release(Frozen):
+    """How the engine's releases before ``before`` scheduled their steps, where that differs from the current
+    release the profile describes (vLLM's V0 engine, the default before 0.8.0). Only scheduling properties: the
+    fitted efficiencies stay one set across releases (docs/formulas.md §12.10)."""
+
+    before: str = Field(pattern=r"^\d+(\.\d+)*$", description="the first release that no longer behaves so")
+    scheduling: dict[Literal["prefill_runs_alone", "prefill_chunk_tokens"], bool | int | None] = Field(
+        description="EngineDefaults values those releases ran with")
+    source: str
+
+    def covers(self, version: tuple[int, ...]) -> bool:
+        return version < _release_key(self.before)
+
+
+def _release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def release_of(engine_version: str) -> tuple[int, ...] | None:
+    """The numeric release an ``engine_version`` cell starts with (``0.7.3.dev138+g21f6ca217`` -> (0, 7, 3));
+    None when it names none (empty, a container tag such as ``NGC 25.09``)."""
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", engine_version or "")
+    return _release_key(match.group(1)) if match else None
+
+
 class EngineProfile(Frozen):
     name: str
     aliases: list[str] = Field(default_factory=list)
@@ -94,8 +121,24 @@ class EngineProfile(Frozen):
         default_factory=list, description="model architectures (config.json model_type) whose implementation in "
                                           "this engine gives every layer the whole KV cache: their sliding windows "
                                           "bound neither the cache nor its reads")
+    releases: list[Release] = Field(
+        default_factory=list, description="older releases that scheduled differently, the oldest last")
     fit: FitRecord | None = None
     notes: str | None = None
+
+    def scheduling_at(self, engine_version: str) -> tuple[tuple[str, object], ...]:
+        """The scheduling properties release ``engine_version`` ran with where they differ from the profile's
+        (as sorted pairs, to key groups of rows by); none for the current release or an unstated one."""
+        version = release_of(engine_version)
+        covering = [r for r in self.releases if version is not None and r.covers(version)]
+        return tuple(sorted(min(covering, key=lambda r: _release_key(r.before)).scheduling.items())) if covering \
+            else ()
+
+    def as_released(self, engine_version: str) -> "EngineProfile":
+        """The profile as release ``engine_version`` ran: ``name@version``, its scheduling where it differs."""
+        scheduling = dict(self.scheduling_at(engine_version))
+        return self.model_copy(update={"name": f"{self.name}{BACKEND_MARK}{engine_version}",
+                                       "parameters": self.parameters.model_copy(update=scheduling)})
 
     def runs(self, fmt: WeightFormat) -> WeightFormat:
         """The format as this engine computes it: its compute dtypes limited to those the kernels have."""
@@ -136,7 +179,7 @@ class EngineProfile(Frozen):
                                        "fit": variant.fit if variant else None})
 
 
-BACKEND_MARK = "@"   # llama.cpp@vulkan: an engine on a named backend
+BACKEND_MARK = "@"   # llama.cpp@vulkan: an engine on a named backend; vLLM@0.7.3: as that release ran
 
 
 INTERVALS_FILE = "_intervals.yaml"   # written by `roofline validate --published --write`
@@ -169,12 +212,13 @@ def split_engine_name(name: str) -> tuple[str, str]:
 
 
 def engine(name: str) -> EngineProfile:
-    """An engine by name or alias, optionally on a backend (``llama.cpp@vulkan``)."""
+    """An engine by name or alias, optionally on a backend (``llama.cpp@vulkan``) or as a release ran
+    (``vLLM@0.7.3``: the scheduling of the profile's ``releases`` that covers it)."""
     base, backend = split_engine_name(name)
     key = normalize(base)
     for profile in load_engines():
         if key in {normalize(profile.name), *map(normalize, profile.aliases)}:
-            return profile.on_backend(backend)
+            return profile.as_released(backend) if release_of(backend) else profile.on_backend(backend)
     raise UnknownNameError(f"unknown engine {name!r}. Known: {', '.join(p.name for p in load_engines())}; "
                            f"add {BACKEND_MARK}BACKEND (cuda, rocm, metal, vulkan, sycl, cpu) to pick a backend.")
 

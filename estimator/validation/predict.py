@@ -218,6 +218,7 @@ class Resolved:
     saturate: list[bool] = field(default_factory=list)          # offline: the largest batch that fits
     batch_caps: list[float] = field(default_factory=list)       # the engine's max_num_seqs (inf: none)
     requests_at_once: list[float] = field(default_factory=list)  # an all-at-once run's requests (0: none)
+    scheduling: list[tuple] = field(default_factory=list)       # the row's release's scheduling, if it differs
     metrics: list[str] = field(default_factory=list)
     columns: list[tuple[str, float]] = field(default_factory=list)  # result column and factor per row
     cache: dict = field(default_factory=dict, repr=False, compare=False)  # prepared columns, per group
@@ -263,6 +264,7 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             at_once = _int(row, "num_requests", 0) if not serving.under_load else 0   # requests sent at once
             resolved.batch_caps.append(min(cap, at_once or math.inf))
             resolved.requests_at_once.append(float(at_once))
+            resolved.scheduling.append(profile.scheduling_at(_cell(row, "engine_version")))
             resolved.metrics.append(result["metric"])
             resolved.columns.append(result_column(result["metric"], _cell(row, "statistic"),
                                                   serving.engine_sets_batch))
@@ -296,9 +298,13 @@ def predicted_array(resolved: Resolved, parameters: dict[str, EngineDefaults] | 
 
 
 def _evaluated_groups(resolved: Resolved, parameters, physical_limit: bool):
-    """(row indices, result columns, batch used) per group of rows sharing an engine and ServingOptions.shared()."""
-    for (name, serving), (idx, prepared, batch, columns) in _prepared_groups(resolved, physical_limit).items():
+    """(row indices, result columns, batch used) per group of rows sharing an engine, ServingOptions.shared() and
+    the scheduling of the engine's release (an older one's, :meth:`EngineProfile.scheduling_at`, on top of the
+    engine's parameters: the efficiencies are one set across releases)."""
+    for (name, serving, scheduling), (idx, prepared, batch, columns) in _prepared_groups(resolved,
+                                                                                         physical_limit).items():
         params = PHYSICAL_LIMIT if physical_limit else (parameters or {}).get(name) or engine(name).parameters
+        params = params.model_copy(update=dict(scheduling)) if scheduling else params
         yield idx, prepared.results(serving, params, batch, columns), batch
 
 
@@ -312,7 +318,8 @@ def _prepared_groups(resolved: Resolved, physical_limit: bool) -> dict:
     key = ("physical" if physical_limit else "engine")
     if key not in resolved.cache:
         groups = {}
-        keys = [(name, serving.shared()) for name, serving in zip(resolved.engines, resolved.serving)]
+        keys = [(name, serving.shared(), scheduling)
+                for name, serving, scheduling in zip(resolved.engines, resolved.serving, resolved.scheduling)]
         for group in dict.fromkeys(keys):
             idx = [i for i, k in enumerate(keys) if k == group]
             prepared = ConfigurationColumns.of([resolved.configs[i] for i in idx], physical_limit)
