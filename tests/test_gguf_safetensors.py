@@ -190,6 +190,13 @@ class TestGGUF:
         assert spec.shape.num_layers == 1 and spec.stored_weight_bytes == LLAMA_TOTAL - layer_1
         assert "left out: multi-token-prediction layers" in spec.stored_format.basis
 
+    def test_an_attention_logit_soft_cap_is_read(self, tmp_path):
+        """llama.cpp writes Gemma 2's cap as <arch>.attn_logit_softcapping; a file without the key has no cap."""
+        capped = build_llama(tmp_path / "capped.gguf", extra=lambda w: w.add_float32("llama.attn_logit_softcapping",
+                                                                                  50.0))
+        assert read_gguf(capped, count_params).shape.attention_logit_softcap == 50.0
+        assert read_gguf(build_llama(tmp_path / "plain.gguf"), count_params).shape.attention_logit_softcap is None
+
     def test_moe_bytes_per_part(self, tmp_path):
         spec = read_gguf(build_qwen3moe(tmp_path / "moe.gguf"), count_params)
         moe = spec.shape.moe

@@ -49,6 +49,19 @@ def test_gemma2_alternates_and_ties_by_default():
            "max_position_embeddings": 8192, "sliding_window": 4096}
     shape = spec_from_config(cfg, "g2", "file://test").shape
     assert shape.num_local_layers == 21 and shape.tie_word_embeddings is True
+    assert shape.attention_logit_softcap == 50.0   # Gemma2Config's default cap
+
+
+def test_an_attention_logit_soft_cap_is_read_and_a_null_means_none():
+    cfg = {"model_type": "gemma2", "hidden_size": 2304, "num_hidden_layers": 26, "num_attention_heads": 8,
+           "num_key_value_heads": 4, "head_dim": 256, "intermediate_size": 9216, "vocab_size": 256000,
+           "max_position_embeddings": 8192, "sliding_window": 4096}
+    assert spec_from_config({**cfg, "attn_logit_softcapping": 30.0}, "g", "file://t").shape.attention_logit_softcap \
+        == 30.0
+    assert spec_from_config({**cfg, "attn_logit_softcapping": None}, "g", "file://t").shape.attention_logit_softcap \
+        is None
+    llama = {**cfg, "model_type": "llama"}
+    assert spec_from_config(llama, "l", "file://t").shape.attention_logit_softcap is None
 
 
 def test_zero_shared_expert_width_means_none():

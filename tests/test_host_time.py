@@ -23,7 +23,7 @@ def test_per_layer_host_time_overlaps_an_accelerator_and_adds_on_a_cpu():
     queued, fixed = pass_host_time(5e-4, 0.0, DENSE, 1.0, 1, 1, 0.0, 0.0, overlapped=True)
     assert queued == pytest.approx(16e-3) and fixed == 0
     flops = {"linear": 0.0, "head": 0.0, "attention": 0.0}
-    bytes_ = {"weights": 4e9, "activations": 0.0, "kv_expand": 0.0, "elementwise": 0.0}
+    bytes_ = {"weights": 4e9, "activations": 0.0, "kv_expand": 0.0, "elementwise": 0.0, "score_ops": 0.0}
     rates = {"linear_flops_per_s": 1e15, "attention_flops_per_s": 1e15, "weight_bytes_per_s": 1e12,
              "kv_bytes_per_s": 1e12, "kv_expand_bytes_per_s": 1e12, "stream_bytes_per_s": 1e12}
     on_gpu = pass_time(flops, bytes_, rates, 1.0, fixed, overlapped_host_s=queued)

@@ -81,7 +81,8 @@ def test_a_widened_cache_is_read_compact_written_wide_and_attended_wide_by_hand(
 def test_the_copy_runs_at_its_own_rate():
     """1 GB of weights at 1 TB/s and 5 GB of expansion copy at 1.25 TB/s: 1 ms + 4 ms."""
     flops = {"linear": 0.0, "head": 0.0, "attention": 0.0}
-    bytes_ = {"weights": 1e9, "activations": 0.0, "kv_read": 0.0, "kv_expand": 5e9, "elementwise": 0.0}
+    bytes_ = {"weights": 1e9, "activations": 0.0, "kv_read": 0.0, "kv_expand": 5e9, "elementwise": 0.0,
+              "score_ops": 0.0}
     rates = {"linear_flops_per_s": 1e15, "attention_flops_per_s": 1e15, "weight_bytes_per_s": 1e12,
              "kv_bytes_per_s": 4e12, "kv_expand_bytes_per_s": 1.25e12, "stream_bytes_per_s": 4e12}
     assert pass_time(flops, bytes_, rates, 1.0, 0.0)["time_s"] == pytest.approx(5e-3)
@@ -103,7 +104,7 @@ def test_unfused_elementwise_bytes_by_hand():
 def test_elementwise_passes_add_to_compute_bound_linear_layers():
     """A compute-bound pass (1 PFLOP at 1 PFLOP/s) with 4 TB of unfused passes at 4 TB/s: 1 s + 1 s."""
     flops = {"linear": 1e15, "head": 0.0, "attention": 0.0}
-    bytes_ = {"weights": 1e9, "activations": 0.0, "kv_expand": 0.0, "elementwise": 4e12}
+    bytes_ = {"weights": 1e9, "activations": 0.0, "kv_expand": 0.0, "elementwise": 4e12, "score_ops": 0.0}
     rates = {"linear_flops_per_s": 1e15, "attention_flops_per_s": 1e15, "weight_bytes_per_s": 1e12,
              "kv_bytes_per_s": 1e12, "kv_expand_bytes_per_s": 1e12, "stream_bytes_per_s": 4e12}
     parts = pass_time(flops, bytes_, rates, 1.0, 0.0)
@@ -171,7 +172,9 @@ def test_exllamav2_without_flash_attn_writes_no_scores():
     lcpp = {a: run("llama.cpp", "Q8_0", a, 15985) for a in ("fused", "unfused")}
     assert exl["unfused"].results["memory_activation_bytes"] == exl["fused"].results["memory_activation_bytes"]
     assert lcpp["unfused"].results["memory_activation_bytes"] > 10 * lcpp["fused"].results["memory_activation_bytes"]
-    assert exl["unfused"].results["prefill_bytes_attention"] < lcpp["unfused"].results["prefill_bytes_attention"] / 3
+    scores = {name: r["unfused"].results["prefill_bytes_attention"] + r["unfused"].results["prefill_bytes_score_ops"]
+              for name, r in (("exllamav2", exl), ("llama.cpp", lcpp))}
+    assert exl["unfused"].results["prefill_bytes_score_ops"] == 0 and scores["exllamav2"] < scores["llama.cpp"] / 3
     assert exl["unfused"].results["prefill_bytes_kv_expand"] > 0     # its heads are still copied out
     for prompt, measured in ((8557, 7184), (15996, 5259)):
         assert run("exllamav2", "exl2-8bpw", "unfused", prompt).prefill_tps == pytest.approx(measured, rel=0.15)
@@ -223,10 +226,15 @@ def test_the_estimate_lists_the_engines_own_bytes_only_where_the_engine_pays_the
     args = {"weight_format": "bf16", "batch": 8, "prompt_tokens": 1024, "output_tokens": 64}
     text = {name: format_estimate(estimate("llama-3.1-8b", "h200", engine=name, **args))
             for name in ("pytorch-eager", "transformers", "vllm")}
-    assert all(term in text["pytorch-eager"] for term in ENGINE_BYTE_TERMS.values())
+    eager_terms = ("kv_expand", "elementwise")   # its attention is SDPA's fused kernel: no score passes
+    assert all(ENGINE_BYTE_TERMS[t] in text["pytorch-eager"] for t in eager_terms)
+    assert ENGINE_BYTE_TERMS["score_ops"] not in text["pytorch-eager"]
     assert ENGINE_BYTE_TERMS["elementwise"] in text["transformers"]            # no KV-head copy without a mask
     assert ENGINE_BYTE_TERMS["kv_expand"] not in text["transformers"] and "kv expand" not in text["transformers"]
     assert "kv expand" not in text["vllm"] and "elementwise" not in text["vllm"]
     exllama = format_estimate(estimate("llama-3-8b", "rtx 4090", engine="exllamav2", weight_format="exl2-8bpw",
                                        kv_format="q4", prompt_tokens=4096, output_tokens=64))
     assert ENGINE_BYTE_TERMS["kv_expand"] in exllama and "Bytes the engine's code adds" in exllama
+    unfused = format_estimate(estimate("llama-3-8b", "rtx 4090", engine="llama.cpp", weight_format="Q4_K_M",
+                                       attention="unfused", prompt_tokens=4096, output_tokens=64))
+    assert ENGINE_BYTE_TERMS["score_ops"] in unfused

@@ -95,6 +95,22 @@ class EngineDefaults(Frozen):
                                      "path without flash attention (ExLlamaV2's torch and xformers attention), or "
                                      "never; each pass then copies the cache it reads g = n_h/n_kv times over and "
                                      "attention reads the copy; a property of the engine's code, never fitted")
+    broadcasts_grouped_kv: bool = Field(
+        default=False, description="without flash attention its score and value matmuls broadcast each grouped KV "
+                                   "head over its g = n_h/n_kv query heads (mlx-lm's hand-written attention), so "
+                                   "attention reads the cache g times but copies nothing; a property of the "
+                                   "engine's code, never fitted")
+    score_bits: Literal[16, 32] = Field(
+        default=16, description="bits of a score element each pass of its unfused attention moves: 32 where the "
+                                "score matmul writes F32 (llama.cpp: ggml_mul_mat's result is F32, and its softmax "
+                                "keeps it), 16 where scores stay in the activations' dtype; a property of the "
+                                "engine's code, never fitted")
+    caps_scores_in_fused_attention: bool = Field(
+        default=True, description="its fused attention kernel applies a model's attention-logit soft-cap (Gemma "
+                                  "2); False: such a model's attention runs unfused, the cap's divide, tanh and "
+                                  "multiply each a pass over the scores (mlx-lm's gemma2, since "
+                                  "mx.fast.scaled_dot_product_attention takes no cap); a property of the engine's "
+                                  "code, never fitted")
     dequantizes_kv_cache: bool = Field(
         default=False, description="a quantized KV cache is widened to a 16-bit copy of the span a pass attends "
                                    "to before attention reads it (ExLlamaV2's Q4/Q6/Q8 caches), instead of being "
@@ -147,6 +163,17 @@ class EngineDefaults(Frozen):
         where attention is not flash attention (``expands_grouped_kv``; docs/formulas.md §13)."""
         unfused = ~np.asarray(fused_attention, dtype=bool)
         return (self.expands_grouped_kv == "always") | ((self.expands_grouped_kv == "unfused") & unfused)
+
+    def attention_fused(self, fused_attention, softcapped_scores):
+        """Whether attention runs fused, per configuration: as asked, except for a model whose scores are soft-capped
+        on an engine whose fused kernel cannot cap them (``caps_scores_in_fused_attention``)."""
+        by_hand = np.asarray(softcapped_scores, dtype=bool) & (not self.caps_scores_in_fused_attention)
+        return np.asarray(fused_attention, dtype=bool) & ~by_hand
+
+    def kv_reads(self, fused_attention):
+        """Whether attention reads each grouped KV head once per query head, per configuration: on an engine whose
+        unfused matmuls broadcast the heads (``broadcasts_grouped_kv``)."""
+        return self.broadcasts_grouped_kv & ~np.asarray(fused_attention, dtype=bool)
 
     def scores_on_chip(self, fused_attention):
         """Whether a pass's attention scores stay on chip, per configuration: with flash attention, or on an engine

@@ -74,6 +74,7 @@ def _model_row(model: ModelSpec) -> dict[str, float]:
         "kv_heads": s.num_kv_heads,
         "head_dim": s.head_dim,
         "is_mla": float(s.mla is not None),
+        "softcapped_scores": float(s.attention_logit_softcap is not None),
         "vocab": s.vocab_size,
         "max_context": s.max_context,
         # weights always streamed: attention, dense MLPs, shared experts, routers (and docs/formulas.md §15 roles)

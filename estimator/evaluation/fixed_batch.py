@@ -80,10 +80,13 @@ class _Setup:
     pp_link: np.ndarray        # bytes/s between pipeline stages
     attention_dp: np.ndarray   # 1: attention runs data-parallel over the tp ranks (docs/formulas.md §8)
     # how the engine's attention treats the kernel asked for (docs/formulas.md §13): whether its scores stay on chip,
-    # whether it copies grouped KV heads out, and the bits of the cache it reads
+    # whether it copies grouped KV heads out or broadcasts them (reading them g times), and the bits of the cache
+    # it reads
     scores_on_chip: np.ndarray
     expands_kv: np.ndarray
+    broadcasts_kv: np.ndarray
     attended_bits: np.ndarray
+    chunk_tokens: np.ndarray   # the most prompt tokens one pass takes (the engine's chunk or micro-batch)
 
 
 def _skewed(s: _Setup, flops: dict, bytes_: dict, tokens) -> tuple[dict, dict]:
@@ -207,11 +210,13 @@ def _busiest_attention_rank(s: _Setup, flops: dict, bytes_: dict, b) -> tuple[di
 
 
 def _engine_passes(s: _Setup) -> dict:
-    """What the engine's code adds to a pass's traffic (docs/formulas.md §13): grouped KV heads copied out (for the
-    pass's own model: a draft has its own heads), a quantized cache widened before attention, elementwise ops run
-    one kernel each."""
-    return {"expansion": tr.kv_head_expansion(s.m, s.expands_kv), "attended_bits": s.attended_bits,
-            "unfused_ops": s.engine.unfused_elementwise}
+    """What the engine's code adds to a pass's traffic (docs/formulas.md §13): grouped KV heads copied out or read
+    once per query head (for the pass's own model: a draft has its own heads), a quantized cache widened before
+    attention, elementwise ops run one kernel each, and the passes over unfused scores and their width."""
+    return {"expansion": tr.kv_head_expansion(s.m, s.expands_kv),
+            "kv_reads": tr.kv_head_expansion(s.m, s.broadcasts_kv), "attended_bits": s.attended_bits,
+            "unfused_ops": s.engine.unfused_elementwise, "score_passes": tr.score_passes(s.m),
+            "score_bytes": s.engine.score_bits / 8}
 
 
 def _host_step_s(s: _Setup, b, micro):
@@ -238,7 +243,7 @@ def _prefill(s: _Setup, b, micro, T, cached):
     """Ledgers and phase times of prefilling micro-batches of b prompts past ``cached`` tokens."""
     flops = fl.prefill_flops(s.m, b, T, cached)
     bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, s.scores_on_chip, cached,
-                              attention_dp=s.attention_dp, **_engine_passes(s))
+                              attention_dp=s.attention_dp, chunk_tokens=s.chunk_tokens, **_engine_passes(s))
     flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     new_tokens = b * (T - cached)
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
@@ -326,7 +331,8 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     host_weights = host_experts + np.where(engine.embedding_on_host, tr.input_embedding_bytes(m, f), 0.0) / (tp * pp)
     budget = memory_budget(engine, tp, serving["ubatch_tokens"])
     # the workspace holds a score matrix only where the engine's attention writes one
-    scores_on_chip = engine.scores_on_chip(serving["fused_attention"])
+    fused_attention = engine.attention_fused(serving["fused_attention"], m["softcapped_scores"])
+    scores_on_chip = engine.scores_on_chip(fused_attention)
     held = {**serving, "fused_attention": scores_on_chip}
     memory = memory_fit(m, f, kv_bits, hw, replica_batch, T, O, tp, pp, held, draft=draft,
                         host_weight_bytes=host_weights, attention_dp=attention_dp, **budget)
@@ -341,7 +347,8 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     s = _Setup(m, hw, f, kv_bits, tp, pp, ep, serving, engine, effective_rates(hw, f, peak_linear_flops_per_s, engine),
                host, share, cpu_layers, tp_link_bytes_per_s(hw, tp, node, network),
                pp_link_bytes_per_s(hw, tp, pp, node, network), attention_dp, scores_on_chip,
-               engine.expands_kv_heads(serving["fused_attention"]), engine.attended_kv_bits(kv_bits))
+               engine.expands_kv_heads(fused_attention), engine.kv_reads(fused_attention),
+               engine.attended_kv_bits(kv_bits), np.asarray(budget["chunk_tokens"], dtype=float))
 
     lo, hi, steps = decode_context_range(T, O)
     span_global = mean_span(lo, hi, 0)

@@ -33,7 +33,8 @@ def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0, 
         Effective per-device rates: ``linear_flops_per_s``, ``attention_flops_per_s``,
         ``weight_bytes_per_s``, ``kv_bytes_per_s``, ``kv_expand_bytes_per_s`` (the copy that expands
         grouped KV heads, ledger term ``kv_expand``) and ``stream_bytes_per_s`` (unfused elementwise ops,
-        ledger term ``elementwise``, timed with the linear layers they sit between).
+        ledger term ``elementwise``, timed with the linear layers they sit between; and unfused attention's
+        softmax and soft-cap kernels, ledger term ``score_ops``, timed with the attention they sit in).
     n_devices : array
         Devices sharing the ledgers evenly.
     overhead_s, communication_s, offload_s : array
@@ -47,7 +48,7 @@ def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0, 
     Notes
     -----
     t = max(max(F_lin / R_c, B_lin / R_w) + B_elt / R_s + max(F_att / R_att, B_att / R_kv + B_exp / R_exp)
-            + t_comm + t_offload, t_host) + t_fixed,
+            + B_sc / R_s + t_comm + t_offload, t_host) + t_fixed,
     every ledger term divided by the devices that share it. The bound is the largest of
     the roofline part (memory or compute, whichever its kernels wait on), the
     communication, the offload transfers and the fixed overheads.
@@ -57,15 +58,17 @@ def pass_time(flops, bytes_, rates, n_devices, overhead_s, communication_s=0.0, 
     linear_memory_s = (bytes_["weights"] + bytes_["activations"]) / (n * rates["weight_bytes_per_s"])
     # unfused elementwise ops are kernels of their own beside the GEMMs: their passes add, at the stream rate
     elementwise_s = bytes_["elementwise"] / (n * rates["stream_bytes_per_s"])
+    # so are unfused attention's softmax and soft-cap passes over the scores, beside its matmuls
+    score_ops_s = bytes_["score_ops"] / (n * rates["stream_bytes_per_s"])
     attention_bytes = sum(v for k, v in bytes_.items()
-                          if k not in ("weights", "activations", "kv_expand", "elementwise"))
+                          if k not in ("weights", "activations", "kv_expand", "elementwise", "score_ops"))
     attention_compute_s = flops["attention"] / (n * rates["attention_flops_per_s"])
     attention_memory_s = (attention_bytes / (n * rates["kv_bytes_per_s"])
                           + bytes_["kv_expand"] / (n * rates["kv_expand_bytes_per_s"]))
     linear_s = np.maximum(linear_compute_s, linear_memory_s) + elementwise_s
-    attention_s = np.maximum(attention_compute_s, attention_memory_s)
+    attention_s = np.maximum(attention_compute_s, attention_memory_s) + score_ops_s
     compute_s = linear_compute_s + attention_compute_s
-    memory_s = linear_memory_s + attention_memory_s + elementwise_s
+    memory_s = linear_memory_s + attention_memory_s + elementwise_s + score_ops_s
     roofline_s = linear_s + attention_s
     zero = 0 * roofline_s
     overhead_s = overhead_s + np.maximum(overlapped_host_s - (roofline_s + communication_s + offload_s), 0.0)

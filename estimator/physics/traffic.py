@@ -43,6 +43,9 @@ ACTIVATION_BYTES = 2          # bf16/fp16 activations
 LOGIT_BYTES = 4               # fp32 logits for sampling
 FLASH_QUERY_TILE = 128        # rows per query tile, FlashAttention-2 forward for head_dim <= 128
 UNFUSED_SCORE_PASSES = 4      # write QKᵀ, read it for softmax, write P, read P for P·V
+MATMUL_SCORE_PASSES = 2       # of those, the two the matmuls make (QKᵀ's write, P·V's read); the rest are kernels
+#                               of their own that cannot overlap them (ledger term ``score_ops``)
+SOFTCAP_SCORE_PASSES = 6      # an unfused soft-cap c·tanh(s/c): divide, tanh, multiply, each reads and writes
 # Gated DeltaNet state in the model's 16-bit dtype (vLLM's mamba_ssm_cache_dtype "auto"); chunked prefill
 # kernels (fla chunk_gated_delta_rule, llama.cpp qwen3next) store one state per 64-token chunk and read it
 # back: docs/formulas.md §15.1.
@@ -206,6 +209,30 @@ def kv_head_expansion(m, expands):
     return np.where(grouped, m["heads"] / np.where(m["kv_heads"] > 0, m["kv_heads"], 1.0), 1.0)
 
 
+def score_passes(m):
+    """Passes over the score matrix an unfused attention makes: the matmul's write, the softmax's read and write
+    and the value matmul's read, plus the soft-cap's three elementwise ops where the model caps its scores
+    (Gemma 2's attn_logit_softcapping; docs/formulas.md §13)."""
+    return UNFUSED_SCORE_PASSES + SOFTCAP_SCORE_PASSES * m["softcapped_scores"]
+
+
+def unfused_score_elements(new, cached, chunk_tokens):
+    """Score elements per head and layer of an unfused prefill of ``new`` tokens past ``cached``, in chunks of
+    ``chunk_tokens``: each chunk of c queries scores every key up to its end, masked ones too, so
+    Σ c·(cached + k·c) = new·cached + new·(new + c)/2; one whole chunk (c = new) is the full new × T."""
+    new = np.asarray(new, dtype=float)
+    c = np.minimum(np.asarray(chunk_tokens, dtype=float), new)
+    return new * cached + new * (new + c) / 2
+
+
+def unfused_kv_reads(new, cached, chunk_tokens):
+    """Cache tokens per layer an unfused prefill reads: every chunk reads the keys and values up to its end,
+    (new/c)·cached + new·(new + c)/(2c); once, cached + new = T, for one whole chunk."""
+    new = np.asarray(new, dtype=float)
+    c = np.maximum(np.minimum(np.asarray(chunk_tokens, dtype=float), new), 1.0)
+    return new / c * cached + new * (new + c) / (2 * c)
+
+
 def _expansion_copy(cache_read, expansion):
     """Bytes of the copy that expands ``cache_read`` bytes of grouped heads g times: the compact read and the
     g-times write, (1 + g)·cache_read; nothing where g = 1 (docs/formulas.md §13)."""
@@ -220,16 +247,20 @@ def _cache_copies(stored, attended, expansion):
 
 
 def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0, attention_dp=0, expansion=1.0,
-                  unfused_ops=False, attended_bits=None):
+                  unfused_ops=False, attended_bits=None, kv_reads=1.0, score_passes=UNFUSED_SCORE_PASSES,
+                  score_bytes=ACTIVATION_BYTES, chunk_tokens=np.inf):
     """Bytes moved to prefill B prompts of T tokens, the first ``cached`` already in the cache (replica totals).
 
     Under sparse attention the latents are re-read per query tile over the capped pairs and the indexer
     keys over all pairs; Gated DeltaNet layers write their per-chunk states and the final one
-    (docs/formulas.md §15). Where an engine expands grouped KV heads ``expansion`` times (g,
-    :func:`kv_head_expansion`), each layer copies the prompt's whole cache out and attention reads the copy;
-    where it widens a quantized cache to ``attended_bits`` (16) first, each layer copies the compact cache to
-    wide entries that attention reads (:func:`_cache_copies`); where it runs its elementwise ops unfused
-    (``unfused_ops``), each is a pass of its own (``elementwise``).
+    (docs/formulas.md §15). Without fused attention each chunk of ``chunk_tokens`` reads the cache up to its end
+    and scores against it (:func:`unfused_kv_reads`, :func:`unfused_score_elements`), passing over the scores
+    ``score_passes`` times at ``score_bytes`` an element. Where an engine expands grouped KV heads ``expansion``
+    times (g, :func:`kv_head_expansion`), each layer copies the prompt's whole cache out and attention reads the
+    copy; where its matmuls broadcast them (``kv_reads`` = g), attention reads the cache g times; where it widens
+    a quantized cache to ``attended_bits`` (16) first, each layer copies the compact cache to wide entries that
+    attention reads (:func:`_cache_copies`); where it runs its elementwise ops unfused (``unfused_ops``), each is
+    a pass of its own (``elementwise``).
     """
     attended_bits = kv_bits if attended_bits is None else attended_bits
     new = T - cached
@@ -243,8 +274,9 @@ def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0, attention_
     # fused: each query tile re-reads the K/V its rows attend to; unfused: K/V once plus the scores
     kv_rereads = np.maximum(pairs / FLASH_QUERY_TILE, m["attn_layers"] * T)
     fused = B * latent_layer * kv_rereads * expansion + B * _indexer_prefill_reads(m, T, cached) * copies
-    unfused = B * (kv_bytes_per_token_layer(m, attended_bits) * copies * m["attn_layers"] * T * expansion
-                   + UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * m["attn_layers"] * new * T)
+    score_pass = B * score_bytes * m["heads"] * m["attn_layers"] * unfused_score_elements(new, cached, chunk_tokens)
+    unfused = B * (kv_bytes_per_token_layer(m, attended_bits) * copies * m["attn_layers"] * expansion * kv_reads
+                   * unfused_kv_reads(new, cached, chunk_tokens)) + MATMUL_SCORE_PASSES * score_pass
     q_and_out = 2 * tokens * m["attn_layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
     state = state_bytes_per_sequence(m, kv_tp)
     return {
@@ -252,6 +284,7 @@ def prefill_bytes(m, f, kv_bits, B, T, tp, fused_attention, cached=0, attention_
         "kv_write": tokens * m["kv_layers"] * kv_layer + B * state,
         "activations": activation_bytes(m, f, tokens) + B * m["vocab"] * LOGIT_BYTES,
         "attention": np.where(fused_attention, fused, unfused) + q_and_out + B * _chunk_state_bytes(m, kv_tp, new),
+        "score_ops": np.where(fused_attention, 0.0, (score_passes - MATMUL_SCORE_PASSES) * score_pass),
         "kv_expand": _cache_copies(B * stored_layer * m["attn_layers"] * T, B * latent_layer * m["attn_layers"] * T,
                                    expansion),
         "elementwise": unfused_elementwise_bytes(m, tokens, unfused_ops),
@@ -277,7 +310,8 @@ def _chunk_state_bytes(m, tp, new):
 
 
 def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention, q=1, span_topk=None,
-                 attention_dp=0, expansion=1.0, unfused_ops=False, attended_bits=None):
+                 attention_dp=0, expansion=1.0, unfused_ops=False, attended_bits=None, kv_reads=1.0,
+                 score_passes=UNFUSED_SCORE_PASSES, score_bytes=ACTIVATION_BYTES):
     """Bytes moved by one decode step of B sequences with ``q`` new tokens each (replica totals).
 
     Verifying q = γ + 1 drafted tokens reads the weights and each sequence's KV
@@ -286,7 +320,9 @@ def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention,
     the latents of min(S, k_top) tokens (``span_topk``) and the indexer keys of all S;
     a Gated DeltaNet state is read once and written for every new token (docs/formulas.md §15). Where an
     engine expands grouped KV heads ``expansion`` times (g, :func:`kv_head_expansion`), the step copies the
-    cache it attends to out g times and attention reads the copy: (1 + 2g) times the cache read in all.
+    cache it attends to out g times and attention reads the copy: (1 + 2g) times the cache read in all; where its
+    unfused matmuls broadcast them (``kv_reads`` = g), attention reads the cache g times. Unfused scores are
+    passed over ``score_passes`` times at ``score_bytes`` an element.
     An engine that widens a quantized cache of C_q bytes to 16-bit entries of C_16 (``attended_bits``) first
     reads C_q and writes C_16, and attention (or the expansion) reads C_16 (:func:`_cache_copies`). An engine
     that runs its elementwise ops unfused (``unfused_ops``) makes a pass of its own for each (``elementwise``).
@@ -302,15 +338,16 @@ def decode_bytes(m, f, kv_bits, B, span_global, span_local, tp, fused_attention,
     attended = global_layers * span_top + m["local_layers"] * span_local
     tokens = B * q
     state = state_bytes_per_sequence(m, kv_tp)
-    scores = UNFUSED_SCORE_PASSES * ACTIVATION_BYTES * m["heads"] * attended * tokens
+    score_pass = score_bytes * m["heads"] * attended * tokens
     q_and_out = 2 * tokens * m["attn_layers"] * m["q_elems_per_token_layer"] * ACTIVATION_BYTES
     indexed = m["index_key_bytes_per_token_layer"] * copies * m["attn_layers"] * span_global
     return {
         "weights": weight_bytes_streamed(m, f, tokens) + replicated_attention_bytes(m, f, tp, attention_dp),
-        "kv_read": B * latent_layer * attended * expansion + B * indexed + B * state,
+        "kv_read": B * latent_layer * attended * expansion * kv_reads + B * indexed + B * state,
         "kv_write": tokens * kv_layer * m["kv_layers"] + tokens * state,
         "activations": activation_bytes(m, f, tokens) + tokens * m["vocab"] * LOGIT_BYTES,
-        "attention": np.where(fused_attention, 0.0, scores) + q_and_out,
+        "attention": np.where(fused_attention, 0.0, MATMUL_SCORE_PASSES * score_pass) + q_and_out,
+        "score_ops": np.where(fused_attention, 0.0, (score_passes - MATMUL_SCORE_PASSES) * score_pass),
         "kv_expand": _cache_copies(B * stored_layer * attended, B * latent_layer * attended, expansion),
         "elementwise": unfused_elementwise_bytes(m, tokens, unfused_ops),
     }

@@ -37,7 +37,9 @@ DEFINITIONS = (
 # shows it.
 ENGINE_BYTE_TERMS = {"kv_expand": "kv expand = the KV cache copied before attention reads it (grouped heads out to "
                                   "one per query head, a quantized cache widened to 16 bits)",
-                     "elementwise": "elementwise = a pass of its own for each unfused elementwise op"}
+                     "elementwise": "elementwise = a pass of its own for each unfused elementwise op",
+                     "score_ops": "score ops = unfused attention's softmax (and soft-cap) passes over the scores, "
+                                  "kernels of their own beside its matmuls"}
 
 
 def _host_link(hw) -> str:

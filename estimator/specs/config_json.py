@@ -30,6 +30,9 @@ PLAIN_MLP_TYPES = {"gptj", "gpt_neox", "falcon", "gpt2", "phi", "opt", "bloom", 
 # transformers' PretrainedConfig ties embeddings by default; these architectures' configs default to untied.
 UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3",
                      "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "llama4_text", "glm4_moe_lite", "gptj"}
+# Gemma2Config caps attention logits at 50 unless the config says otherwise (transformers' configuration_gemma2.py:
+# attn_logit_softcapping=50.0); a null there means no cap, as Gemma 3's configs write it.
+SOFTCAPPED_BY_DEFAULT = {"gemma2": 50.0}
 # Llama 4 MoE layers always add one shared expert as wide as a routed one (no config key says so).
 ALWAYS_ONE_SHARED_EXPERT = {"llama4", "llama4_text"}
 
@@ -248,6 +251,8 @@ def _shape(cfg: dict, text: dict, source: str) -> Shape:
             max_context=_first(text, "max_position_embeddings", "n_positions", "seq_length", default=2048),
             mlp_gated=text.get("model_type") not in PLAIN_MLP_TYPES,
             sliding_window=window, num_local_layers=local, moe=_moe(text, layers), mla=mla,
+            attention_logit_softcap=text.get("attn_logit_softcapping",
+                                             SOFTCAPPED_BY_DEFAULT.get(text.get("model_type"))) or None,
             attention_output_gate=bool(text.get("attn_output_gate") or text.get("model_type") in ALWAYS_OUTPUT_GATE),
             linear_attention=_linear_attention(text, layers, source) if _gated_deltanet(text) else None,
             sparse_attention=_sparse_attention(cfg, text),

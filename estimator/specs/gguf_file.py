@@ -254,6 +254,12 @@ def _int(meta: dict, key: str, source: str, default=None) -> int | None:
     return None if value is None else int(value)
 
 
+def _float(meta: dict, key: str) -> float | None:
+    """A positive scalar such as a soft-cap, or None where the key is absent or zero (no cap)."""
+    value = meta.get(key)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
 def _mlp_matrices(tensors: list[TensorInfo], d: int, width: int, experts: int, dense_layer: int | None) -> int:
     """3 for a gated MLP, 2 for a plain one, from the weights of one layer's feed-forward tensors."""
     prefix = f"blk.{dense_layer if dense_layer is not None else _first_moe_layer(tensors)}."
@@ -360,6 +366,7 @@ def _arch_shape(meta: dict, tensors: list[TensorInfo], source: str, arch: str) -
         intermediate_size=d_ff, vocab_size=embd.dims[1], tie_word_embeddings="output.weight" not in names,
         max_context=_int(meta, f"{arch}.context_length", source, 2048), mlp_gated=n_mat == 3,
         sliding_window=window, num_local_layers=local, moe=moe, mla=mla,
+        attention_logit_softcap=_float(meta, f"{arch}.attn_logit_softcapping"),
         **mechanism_fields(meta, names, arch, layers, d, lambda key, default: _int(meta, key, source, default), source))
 
 

@@ -148,6 +148,9 @@ class Shape(Frozen):
     sliding_window: int | None = Field(default=None, gt=0, le=MAX_TOKENS,
                                        description="window of the local layers, tokens")
     num_local_layers: int = Field(default=0, ge=0, le=MAX_LAYERS, description="layers that attend within sliding_window (chunked attention counts too)")
+    attention_logit_softcap: float | None = Field(
+        default=None, gt=0, description="c of attn_logit_softcapping: attention scores pass through "
+                                        "c·tanh(s/c) before the softmax (Gemma 2); None: no cap")
     moe: MoE | None = None
     mla: MLA | None = None
     attention_output_gate: bool = Field(
