@@ -140,5 +140,9 @@ def test_mlx_attends_to_gemma2s_capped_scores_by_hand(db):
         32 * span * 4096, rel=1e-9)   # fused: each of its 8 KV heads of 128 read once
     c = estimate("gemma-2-9b", M3_ULTRA, engine="llama.cpp", weight_format="Q4_0", **args).results
     assert c["decode_bytes_score_ops"] == 0
+    notes = estimate("gemma-2-9b", M3_ULTRA, engine="mlx", weight_format="mlx-q4", **args).warnings
+    assert any("attends to Gemma-2-9B's capped scores by hand" in w and "KV cache 2 times" in w for w in notes)
+    assert not any("by hand" in w for w in estimate("gemma-2-9b", M3_ULTRA, engine="llama.cpp", weight_format="Q4_0",
+                                                    **args).warnings)
     # the prompt in mlx-lm's 2,048-token steps: 32,768 x (32,768 + 2,048) / 2 score elements per head and layer
     assert r["prefill_bytes_score_ops"] == pytest.approx(8 * 2 * 16 * 42 * 32768 * (32768 + 2048) / 2, rel=1e-9)

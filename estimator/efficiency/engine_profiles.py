@@ -158,12 +158,22 @@ class EngineProfile(Frozen):
             update={"sliding_window": None, "num_local_layers": 0, "num_kv_shared_local_layers": 0})})
 
     def implementation_notes(self, model: ModelSpec) -> list[str]:
-        """What this engine's own implementation changes in ``model`` (:meth:`runs_model`), in words."""
-        if self.runs_model(model) is model:
-            return []
-        return [f"{self.name} gives every layer of {model.architecture} models the whole KV cache: {model.name}'s "
-                f"{model.shape.sliding_window}-token sliding window bounds neither its cache nor its reads "
-                "(docs/formulas.md §9)"]
+        """What this engine's own implementation changes in ``model`` (:meth:`runs_model`, and attention by hand
+        for soft-capped scores), in words."""
+        notes = []
+        if self.runs_model(model) is not model:
+            notes.append(f"{self.name} gives every layer of {model.architecture} models the whole KV cache: "
+                         f"{model.name}'s {model.shape.sliding_window}-token sliding window bounds neither its cache "
+                         "nor its reads (docs/formulas.md §9)")
+        s, p = model.shape, self.parameters
+        if s.attention_logit_softcap and not p.caps_scores_in_fused_attention:
+            g = s.num_attention_heads // s.num_kv_heads
+            reads = f", reading the KV cache {g} times a step (once per query head)" \
+                if p.broadcasts_grouped_kv and g > 1 and s.mla is None else ""
+            notes.append(f"{self.name}'s fused attention cannot soft-cap scores, so it attends to {model.name}'s "
+                         "capped scores by hand: unfused, with the cap's and the softmax's kernels passing over the "
+                         f"scores{reads} (docs/formulas.md §13)")
+        return notes
 
     def on_backend(self, backend: str) -> "EngineProfile":
         """The profile as it runs on ``backend``: ``name@backend`` with that variant's parameters.
