@@ -118,6 +118,26 @@ def test_fp16_accumulation_doubles_compute_only_on_geforce(db):
         assert math.isclose(ratio[1] / ratio[0], expected, rel_tol=0.02), name
 
 
+def test_attention_accumulating_qk_in_fp32_gains_a_third_on_geforce():
+    """llama.cpp's attention accumulates QKᵀ in FP32 and P·V in FP16 (share 0.5): on a GeForce card (FP16
+    accumulation twice the listed rate) half its FLOPs run at 1x and half at 2x, so 1 / (0.5 + 0.5/2) = 4/3 of the
+    listed rate, while its GEMMs get 2x; elsewhere (speedup 1) both stay at 1x."""
+    engine = GENERIC_ENGINE.model_copy(update={"fp16_accumulate": True, "attention_fp16_accumulate_share": 0.5})
+    from estimator.efficiency.defaults import CLASS_ORDER
+    for speedup, attention in ((2.0, 4 / 3), (1.0, 1.0)):
+        hw = {"bandwidth_bytes_per_s": np.array([1e12]), "device_bandwidth_eff": np.array([1.0]),
+              "device_compute_eff": np.array([1.0]), "device_class_code": np.array([CLASS_ORDER.index("consumer_gpu")]),
+              "attention_flops_per_s": np.array([1e14]), "fp16_accumulate_speedup": np.array([speedup])}
+        f = {"engine_bandwidth_eff": np.array([1.0]), "dequantizes": np.array([False])}
+        rates = effective_rates(hw, f, np.array([1e14]), engine)
+        eff = engine.compute_eff_by_group.get("desktop", engine.compute_eff)
+        assert math.isclose(rates["linear_flops_per_s"][0], 1e14 * eff * speedup)
+        assert math.isclose(rates["attention_flops_per_s"][0], 1e14 * eff * attention)
+    from estimator.efficiency.engine_profiles import engine as profile
+    assert profile("llama.cpp").parameters.attention_fp16_accumulate_share == 0.5
+    assert PHYSICAL_LIMIT.attention_fp16_accumulate_share == 1.0   # the limit keeps the whole FP16 rate
+
+
 def test_dequantizing_kernels_have_their_own_group_factor():
     engine = GENERIC_ENGINE.model_copy(update={"bandwidth_scale_by_group": {"desktop": 1.2},
                                                "dequant_scale_by_group": {"desktop": 0.5}})

@@ -81,6 +81,13 @@ class EngineDefaults(Frozen):
         default=False, description="16-bit GEMMs accumulate in FP16, which GeForce cards run at twice their listed "
                                    "(FP32-accumulate) rate (compute_ceiling); a property of the engine's kernels, "
                                    "never fitted")
+    attention_fp16_accumulate_share: float = Field(
+        default=1.0, ge=0, le=1, description="of attention's FLOPs, the share that accumulates in FP16 where the "
+                                             "engine's 16-bit GEMMs do (fp16_accumulate); the rest runs at the "
+                                             "listed FP32-accumulate rate. llama.cpp 0.5: its flash-attention "
+                                             "kernels keep QKᵀ in float tiles and P·V in half2, and its unfused "
+                                             "path sets GGML_PREC_F32 on QKᵀ only; a property of the engine's "
+                                             "kernels, never fitted")
     torch_kernels: bool = Field(
         default=False, description="its linear layers are PyTorch's own GEMMs (eager PyTorch): a calibration's "
                                    "measured weight-stream curve is their rate, with no engine factor on top; a "

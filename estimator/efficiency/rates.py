@@ -21,8 +21,13 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
     # PyTorch's own GEMMs (torch_kernels) run at a calibration's measured GEMM rate, with no engine factor on top
     own = engine.torch_kernels & (np.asarray(hw.get("calibrated_gemm", 0.0)) > 0)
     compute_eff = hw["device_compute_eff"] * np.where(own, 1.0, compute_eff_by_class(engine)[hw["device_class_code"]])
+    attention_eff = compute_eff
     if engine.fp16_accumulate:   # GeForce: twice the listed FP32-accumulate tensor rate (compute_ceiling)
-        compute_eff = compute_eff * hw["fp16_accumulate_speedup"]
+        speedup = hw["fp16_accumulate_speedup"]
+        compute_eff = compute_eff * speedup
+        # attention's FP32-accumulating share runs at the listed rate: the shares' times add
+        share = engine.attention_fp16_accumulate_share
+        attention_eff = attention_eff / (1 - share + share / speedup)
     bandwidth = hw["bandwidth_bytes_per_s"] * hw["device_bandwidth_eff"]
     native = bandwidth_scale_by_class(engine)[hw["device_class_code"]]
     weight_scale = np.where(f["dequantizes"], bandwidth_scale_by_class(engine, True)[hw["device_class_code"]], native)
@@ -30,7 +35,7 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
     fp4_share = np.where(np.asarray(hw.get("fp4_gemm", 0.0)) > 0, engine.fp4_compute_scale, 1.0)  # FP4 GEMMs' own
     return {
         "linear_flops_per_s": peak_linear_flops_per_s * compute_eff * fp4_share,
-        "attention_flops_per_s": hw["attention_flops_per_s"] * compute_eff,
+        "attention_flops_per_s": hw["attention_flops_per_s"] * attention_eff,
         "weight_bytes_per_s": bandwidth * weight_scale * f["engine_bandwidth_eff"],
         "weight_engine_factor": weight_engine_factor,   # the engine's share of the device's weight stream
         "stream_bytes_per_s": bandwidth,   # contiguous elementwise kernels: the device's own rate
