@@ -177,7 +177,7 @@ class EngineDefaults(Frozen):
         by_hand = np.asarray(softcapped_scores, dtype=bool) & (not self.caps_scores_in_fused_attention)
         return np.asarray(fused_attention, dtype=bool) & ~by_hand
 
-    def kv_reads(self, fused_attention):
+    def broadcasts_kv_heads(self, fused_attention):
         """Whether attention reads each grouped KV head once per query head, per configuration: on an engine whose
         unfused matmuls broadcast the heads (``broadcasts_grouped_kv``)."""
         return self.broadcasts_grouped_kv & ~np.asarray(fused_attention, dtype=bool)

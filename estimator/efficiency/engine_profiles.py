@@ -166,7 +166,7 @@ class EngineProfile(Frozen):
                          f"{model.name}'s {model.shape.sliding_window}-token sliding window bounds neither its cache "
                          "nor its reads (docs/formulas.md §9)")
         s, p = model.shape, self.parameters
-        if s.attention_logit_softcap and not p.caps_scores_in_fused_attention:
+        if not p.attention_fused(True, s.attention_logit_softcap is not None):
             g = s.num_attention_heads // s.num_kv_heads
             reads = f", reading the KV cache {g} times a step (once per query head)" \
                 if p.broadcasts_grouped_kv and g > 1 and s.mla is None else ""

@@ -347,7 +347,7 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     s = _Setup(m, hw, f, kv_bits, tp, pp, ep, serving, engine, effective_rates(hw, f, peak_linear_flops_per_s, engine),
                host, share, cpu_layers, tp_link_bytes_per_s(hw, tp, node, network),
                pp_link_bytes_per_s(hw, tp, pp, node, network), attention_dp, scores_on_chip,
-               engine.expands_kv_heads(fused_attention), engine.kv_reads(fused_attention),
+               engine.expands_kv_heads(fused_attention), engine.broadcasts_kv_heads(fused_attention),
                engine.attended_kv_bits(kv_bits), np.asarray(budget["chunk_tokens"], dtype=float))
 
     lo, hi, steps = decode_context_range(T, O)

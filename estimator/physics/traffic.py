@@ -226,11 +226,11 @@ def unfused_score_elements(new, cached, chunk_tokens):
 
 
 def unfused_kv_reads(new, cached, chunk_tokens):
-    """Cache tokens per layer an unfused prefill reads: every chunk reads the keys and values up to its end,
-    (new/c)·cached + new·(new + c)/(2c); once, cached + new = T, for one whole chunk."""
-    new = np.asarray(new, dtype=float)
-    c = np.maximum(np.minimum(np.asarray(chunk_tokens, dtype=float), new), 1.0)
-    return new / c * cached + new * (new + c) / (2 * c)
+    """Cache tokens per layer an unfused prefill reads: every chunk of c queries reads the keys and values up to
+    its end, so the reads are the score elements over c, (new/c)·cached + new·(new + c)/(2c); once, cached + new
+    = T, for one whole chunk."""
+    c = np.minimum(np.asarray(chunk_tokens, dtype=float), np.asarray(new, dtype=float))
+    return unfused_score_elements(new, cached, chunk_tokens) / np.maximum(c, 1.0)
 
 
 def _expansion_copy(cache_read, expansion):
