@@ -123,10 +123,11 @@ def test_attention_accumulating_qk_in_fp32_gains_a_third_on_geforce():
     accumulation twice the listed rate) half its FLOPs run at 1x and half at 2x, so 1 / (0.5 + 0.5/2) = 4/3 of the
     listed rate, while its GEMMs get 2x; elsewhere (speedup 1) both stay at 1x."""
     engine = GENERIC_ENGINE.model_copy(update={"fp16_accumulate": True, "attention_fp16_accumulate_share": 0.5})
-    from estimator.efficiency.defaults import CLASS_ORDER
+    from estimator.efficiency.defaults import CLASS_ORDER, GROUP_ORDER
     for speedup, attention in ((2.0, 4 / 3), (1.0, 1.0)):
         hw = {"bandwidth_bytes_per_s": np.array([1e12]), "device_bandwidth_eff": np.array([1.0]),
               "device_compute_eff": np.array([1.0]), "device_class_code": np.array([CLASS_ORDER.index("consumer_gpu")]),
+              "bandwidth_group_code": np.array([GROUP_ORDER.index("desktop")]),
               "attention_flops_per_s": np.array([1e14]), "fp16_accumulate_speedup": np.array([speedup])}
         f = {"engine_bandwidth_eff": np.array([1.0]), "dequantizes": np.array([False])}
         rates = effective_rates(hw, f, np.array([1e14]), engine)
@@ -144,8 +145,9 @@ def test_dequantizing_kernels_have_their_own_group_factor():
     hw = {"bandwidth_bytes_per_s": np.array([1e12]), "device_bandwidth_eff": np.array([1.0]),
           "device_compute_eff": np.array([1.0]), "device_class_code": np.array([2]),
           "attention_flops_per_s": np.array([1e14]), "fp16_accumulate_speedup": np.array([1.0])}
-    from estimator.efficiency.defaults import CLASS_ORDER
+    from estimator.efficiency.defaults import CLASS_ORDER, GROUP_ORDER
     hw["device_class_code"] = np.array([CLASS_ORDER.index("consumer_gpu")])
+    hw["bandwidth_group_code"] = np.array([GROUP_ORDER.index("desktop")])
     for dequantizes, scale, family in ((False, 1.2, "native"), (True, 0.5, "gguf")):
         f = {"engine_bandwidth_eff": np.array([engine.bandwidth_eff[family]]), "dequantizes": np.array([dequantizes])}
         rates = effective_rates(hw, f, np.array([1e14]), engine)

@@ -61,6 +61,48 @@ def test_parameters_round_trip_through_their_products():
     assert np.allclose(theta_of(parameters_from(theta)), theta)
 
 
+def test_a_device_streams_in_its_memorys_group_and_computes_in_its_markets(db):
+    """The weight stream's engine factor comes from the memory's group (an L40S and an A40 carry GDDR6 like the
+    desktop cards), the compute factor from the market's (they are datacenter boards): an engine with distinct
+    factors per group shows which each rate took."""
+    from estimator.efficiency.defaults import GENERIC_ENGINE, GROUP_OF_CLASS, bandwidth_group
+    from estimator.efficiency.rates import effective_rates
+    from estimator.evaluation.columns import compute_peak_table, format_columns, hardware_columns
+    from estimator.specs.formats import weight_format
+
+    cases = {"NVIDIA L40S": ("desktop", "datacenter"), "NVIDIA A40": ("desktop", "datacenter"),
+             "NVIDIA H100 SXM": ("datacenter", "datacenter"), "NVIDIA GeForce RTX 4090": ("desktop", "desktop"),
+             "NVIDIA DGX Spark": ("unified", "unified"), "Apple M2 Ultra (76-core GPU)": ("unified", "unified")}
+    scale = {"datacenter": 1.0, "desktop": 0.5, "unified": 0.25}
+    engine = GENERIC_ENGINE.model_copy(update={
+        "bandwidth_scale_by_group": {g: v for g, v in scale.items() if g != "datacenter"},
+        "compute_eff_by_group": {g: GENERIC_ENGINE.compute_eff * v for g, v in scale.items()}})
+    devices = [db.hardware.get(name) for name in cases]
+    fmts = [weight_format("bf16")]
+    peaks, _ = compute_peak_table(fmts, devices)
+    columns = hardware_columns(devices)
+    mine = effective_rates(columns, format_columns(fmts), peaks[:, 0], engine)
+    plain = effective_rates(columns, format_columns(fmts), peaks[:, 0], GENERIC_ENGINE)
+    for i, (hw, (memory, market)) in enumerate(zip(devices, cases.values())):
+        assert bandwidth_group(hw) == memory and GROUP_OF_CLASS[hw.device_class.value] == market
+        assert mine["weight_bytes_per_s"][i] / plain["weight_bytes_per_s"][i] == pytest.approx(scale[memory])
+        assert mine["linear_flops_per_s"][i] / plain["linear_flops_per_s"][i] == pytest.approx(scale[market])
+
+
+def test_unified_bandwidth_is_pooled_with_the_gddr_cards_and_compute_with_all_groups():
+    """Hand-worked pull: engine factors (log, over the typical device) of 0.0 / 0.3 / 0.3 for bandwidth and
+    0.0 / 0.3 / 0.6 for compute (datacenter / desktop / unified). The unified bandwidth equals the desktop one, so
+    it is not pulled at all, while the desktop one is pulled towards the mean of three, 0.2; compute's unified
+    factor is pulled towards its mean, 0.3."""
+    from estimator.validation.fitting import GROUP_POOL_WEIGHT, TYPICAL_LOG_EFF, _group_pull
+
+    own = np.array([[0.0, 0.3, 0.3], [0.0, 0.3, 0.3], [0.0, 0.3, 0.6]])
+    pull = _group_pull(np.concatenate([own.ravel() + TYPICAL_LOG_EFF, np.zeros(6)])).reshape(3, 3)
+    assert pull[:2, 2] == pytest.approx([0.0, 0.0])
+    assert pull[:2, 1] == pytest.approx([GROUP_POOL_WEIGHT * 0.1] * 2)
+    assert pull[2] == pytest.approx(GROUP_POOL_WEIGHT * np.array([-0.3, 0.0, 0.3]))
+
+
 def test_cross_validation_cannot_see_its_held_out_source(problem):
     source = "gpt-fast-readme"      # the only source of the gpt-fast engine
     tampered = build_tampered(problem, source, factor=10.0)
@@ -111,12 +153,12 @@ def test_rows_that_ran_are_never_dropped(dataset, problem, validation):
 
 
 # Median width (high / low) of the 80% band as of the last refit plus a margin: a guard against wider bands.
-# Decode (1.77x) and prefill (1.80x) meet their 1.8x and 2.5x targets with cells that part by weight-format
-# family and weigh their sources (estimator.evaluation.intervals); max-throughput is 1.80x.
+# Decode (1.70x) and prefill (1.85x) meet their 1.8x and 2.5x targets with cells that part by weight-format
+# family and weigh their sources (estimator.evaluation.intervals); max-throughput is 1.77x.
 WIDTH_GUARD = {"decode": 1.8, "prefill": 2.0, "throughput": 1.9}
 
 
-# The target is 75-85% for every phase (decode 77%, prefill 82%, max-throughput 81% at the last refit).
+# The target is 75-85% for every phase (decode 76%, prefill 82%, max-throughput 81% at the last refit).
 COVERAGE_GUARD = {"decode": (0.75, 0.85), "prefill": (0.75, 0.85), "throughput": (0.75, 0.85)}
 
 
@@ -379,6 +421,18 @@ def test_the_reference_decoder_spreads_a_prompt_over_the_experts(db):
     finally:
         torch.unique = unique
     assert len(reached) == 12 and min(reached) >= 120
+
+
+def test_gddr_cards_sold_for_the_datacenter_stream_as_the_desktop_cards_do(validation):
+    """XiongjieDai's llama.cpp decode on an L40S and an A40 (GDDR6 boards sold for the datacenter; 20 rows, their
+    source held out). Predicted with the HBM parts' bandwidth factors they ran 22% and 26% faster than estimated
+    in the median; streaming in the GDDR cards' group, the median error is 10%, and none is 20% off."""
+    rows = validation.problem.rows
+    mine = np.array([r["source"] == "xiongjiedai-gpu-bench" and r["hardware"] in ("NVIDIA L40S", "NVIDIA A40")
+                     and r["metric"] == "decode_tps_per_seq" for r in rows])
+    error = np.abs(validation.predicted[mine] / validation.problem.measured[mine] - 1)
+    assert mine.sum() == 20
+    assert np.median(error) < 0.12 and error.max() < 0.2
 
 
 def test_a_backend_variant_keeps_its_engines_kv_product(problem):

@@ -36,9 +36,11 @@ class DeviceDefaults(Frozen):
     basis: str
 
 
-# Device groups an engine's compute efficiency may differ between (its kernels are tuned for some).
+# Device groups an engine's efficiencies may differ between (its kernels are tuned for some): by market for compute
+# (clocks and power limits), by memory for bandwidth (bandwidth_group).
 DEVICE_GROUPS = {"datacenter": ("datacenter_gpu", "accelerator"), "desktop": ("workstation_gpu", "consumer_gpu"),
                  "unified": ("soc_unified", "cpu")}
+GROUP_ORDER = tuple(DEVICE_GROUPS)
 CLASS_ORDER = tuple(c.value for c in DeviceClass)
 
 
@@ -272,6 +274,24 @@ PHYSICAL_LIMIT = EngineDefaults(
 GROUP_OF_CLASS = {c: g for g, classes in DEVICE_GROUPS.items() for c in classes}
 
 
+def bandwidth_group(hw: Hardware) -> str:
+    """The device group whose bandwidth factors a device's weight stream takes: the memory its kernels read, not
+    the market it is sold in. An SoC or CPU is "unified"; a discrete device with HBM is "datacenter", with GDDR
+    "desktop"; other memory goes by its class.
+
+    An L40S or A40 (GDDR6, sold for the datacenter) streams llama.cpp's weights as the RTX 6000 Ada and A6000 on
+    the same dies do: predicted with the HBM parts' factors, their held-out decode ran 22-26% faster than
+    estimated (docs/formulas.md §9, "Bandwidth groups by memory").
+    """
+    if hw.device_class in (DeviceClass.soc_unified, DeviceClass.cpu):
+        return "unified"
+    if hw.memory.type in _HBM_TYPES:
+        return "datacenter"
+    if hw.memory.type in _GDDR_TYPES:
+        return "desktop"
+    return GROUP_OF_CLASS[hw.device_class.value]
+
+
 def memory_utilization(engine: EngineDefaults, tp) -> np.ndarray:
     """The share of each device's memory the engine uses at ``tp`` tensor-parallel ranks (1 where it sets none)."""
     share = np.ones_like(np.asarray(tp, dtype=float))
@@ -308,12 +328,13 @@ def compute_eff_by_class(engine: EngineDefaults) -> np.ndarray:
     return np.array([engine.compute_eff_by_group.get(GROUP_OF_CLASS[c], engine.compute_eff) for c in CLASS_ORDER])
 
 
-def bandwidth_scale_by_class(engine: EngineDefaults, dequantizing: bool = False) -> np.ndarray:
-    """The engine's bandwidth factor for each device class, in :data:`CLASS_ORDER` (native or dequantizing kernels)."""
-    native = [engine.bandwidth_scale_by_group.get(GROUP_OF_CLASS[c], 1.0) for c in CLASS_ORDER]
+def bandwidth_scale_of_groups(engine: EngineDefaults, dequantizing: bool = False) -> np.ndarray:
+    """The engine's bandwidth factor on each device group, in :data:`GROUP_ORDER` (native or dequantizing kernels);
+    a device takes its :func:`bandwidth_group`'s."""
+    native = [engine.bandwidth_scale_by_group.get(g, 1.0) for g in GROUP_ORDER]
     if not dequantizing:
         return np.array(native)
-    return np.array([engine.dequant_scale_by_group.get(GROUP_OF_CLASS[c], n) for c, n in zip(CLASS_ORDER, native)])
+    return np.array([engine.dequant_scale_by_group.get(g, n) for g, n in zip(GROUP_ORDER, native)])
 
 
 _HBM_TYPES = {MemoryType.HBM2, MemoryType.HBM2e, MemoryType.HBM3, MemoryType.HBM3e}

@@ -11,7 +11,7 @@ import numpy as np
 from estimator.efficiency.defaults import (
     KV_EXPAND_BYTES_PER_FP32_FLOP,
     EngineDefaults,
-    bandwidth_scale_by_class,
+    bandwidth_scale_of_groups,
     compute_eff_by_class,
 )
 
@@ -29,8 +29,10 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
         share = engine.attention_fp16_accumulate_share
         attention_eff = attention_eff / (1 - share + share / speedup)
     bandwidth = hw["bandwidth_bytes_per_s"] * hw["device_bandwidth_eff"]
-    native = bandwidth_scale_by_class(engine)[hw["device_class_code"]]
-    weight_scale = np.where(f["dequantizes"], bandwidth_scale_by_class(engine, True)[hw["device_class_code"]], native)
+    # the weight stream's engine factor is its memory's group's (bandwidth_group), the compute's its market's
+    group = hw["bandwidth_group_code"]
+    native = bandwidth_scale_of_groups(engine)[group]
+    weight_scale = np.where(f["dequantizes"], bandwidth_scale_of_groups(engine, True)[group], native)
     weight_engine_factor = weight_scale * f["engine_bandwidth_eff"]
     fp4_share = np.where(np.asarray(hw.get("fp4_gemm", 0.0)) > 0, engine.fp4_compute_scale, 1.0)  # FP4 GEMMs' own
     return {

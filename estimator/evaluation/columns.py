@@ -18,7 +18,9 @@ from estimator.efficiency.calibration_profile import WEIGHT_STREAM_ROWS, weight_
 from estimator.efficiency.defaults import (
     CLASS_ORDER,
     GENERIC_ENGINE,
+    GROUP_ORDER,
     EngineDefaults,
+    bandwidth_group,
     collective_eff,
     compute_ceiling,
     device_defaults,
@@ -180,6 +182,7 @@ def hardware_columns(devices: Sequence[Hardware], physical_limit: bool = False) 
         "host_link_bytes_per_s": np.array([FALLBACK_LINK_BYTES_PER_S if hw.host_link is None
                                            else hw.host_link.bandwidth.base for hw in devices]),
         "device_class_code": np.array([CLASS_ORDER.index(hw.device_class.value) for hw in devices]),
+        "bandwidth_group_code": np.array([GROUP_ORDER.index(bandwidth_group(hw)) for hw in devices]),
         "device_bandwidth_eff": np.array([1.0 if physical_limit else d.bandwidth_eff for d in defaults]),
         "device_compute_eff": np.array([1.0 if physical_limit else d.compute_eff for d in defaults]),
         "collective_eff": np.array([1.0 if physical_limit else collective_eff(hw) for hw in devices]),

@@ -103,6 +103,11 @@ PRIOR_WEIGHT = 0.3
 # group with few rows borrows from the others instead of being set by a handful of them (hierarchical
 # pooling, docs/formulas.md §13). 2 was chosen among 0.5, 1, 2 and 4 on the leave-one-source-out figures.
 GROUP_POOL_WEIGHT = 2.0
+# The bandwidth factors of unified-memory SoCs are pulled towards the GDDR cards' instead: LPDDR, like GDDR, gives
+# each compute unit few bytes a second (GB10 5.7 GB/s per SM, an RTX 4090 7.9; an A100 18, an H200 36), so a
+# kernel whose requests in flight per SM are bounded reaches a like share of it, and HBM parts are another
+# population (docs/formulas.md §9, "Bandwidth groups by memory"). Compute keeps the mean of the three.
+BANDWIDTH_POOL_PARENT = {"unified": "desktop"}
 TYPICAL_LOG_EFF = np.log([*[TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS] * 2,
                           *[TYPICAL_DEVICE[g].compute_eff for g in GROUPS]])
 
@@ -219,9 +224,14 @@ GENERIC = "generic"   # the unnamed engine keeps the documented priors: nothing 
 
 def _group_pull(log_theta: np.ndarray) -> np.ndarray:
     """Each group's log engine factor minus the engine's mean over the groups, for bandwidth, dequantizing
-    bandwidth and compute (the first nine parameters, three groups each), weighted."""
+    bandwidth and compute (the first nine parameters, three groups each), weighted; a group with a parent in
+    BANDWIDTH_POOL_PARENT is pulled towards that group's bandwidth factors instead."""
     own = (log_theta[:len(TYPICAL_LOG_EFF)] - TYPICAL_LOG_EFF).reshape(3, len(GROUPS))
-    return GROUP_POOL_WEIGHT * (own - own.mean(axis=1, keepdims=True)).ravel()
+    pull = own - own.mean(axis=1, keepdims=True)
+    for group, parent in BANDWIDTH_POOL_PARENT.items():
+        g, p = GROUPS.index(group), GROUPS.index(parent)
+        pull[:2, g] = own[:2, g] - own[:2, p]
+    return GROUP_POOL_WEIGHT * pull.ravel()
 
 
 def _kernel_properties(name: str) -> dict:
