@@ -274,24 +274,6 @@ PHYSICAL_LIMIT = EngineDefaults(
 GROUP_OF_CLASS = {c: g for g, classes in DEVICE_GROUPS.items() for c in classes}
 
 
-def bandwidth_group(hw: Hardware) -> str:
-    """The device group whose bandwidth factors a device's weight stream takes: the memory its kernels read, not
-    the market it is sold in. An SoC or CPU is "unified"; a discrete device with HBM is "datacenter", with GDDR
-    "desktop"; other memory goes by its class.
-
-    An L40S or A40 (GDDR6, sold for the datacenter) streams llama.cpp's weights as the RTX 6000 Ada and A6000 on
-    the same dies do: predicted with the HBM parts' factors, their held-out decode ran 22-26% faster than
-    estimated (docs/formulas.md §9, "Bandwidth groups by memory").
-    """
-    if hw.device_class in (DeviceClass.soc_unified, DeviceClass.cpu):
-        return "unified"
-    if hw.memory.type in _HBM_TYPES:
-        return "datacenter"
-    if hw.memory.type in _GDDR_TYPES:
-        return "desktop"
-    return GROUP_OF_CLASS[hw.device_class.value]
-
-
 def memory_utilization(engine: EngineDefaults, tp) -> np.ndarray:
     """The share of each device's memory the engine uses at ``tp`` tensor-parallel ranks (1 where it sets none)."""
     share = np.ones_like(np.asarray(tp, dtype=float))
@@ -339,6 +321,21 @@ def bandwidth_scale_of_groups(engine: EngineDefaults, dequantizing: bool = False
 
 _HBM_TYPES = {MemoryType.HBM2, MemoryType.HBM2e, MemoryType.HBM3, MemoryType.HBM3e}
 _GDDR_TYPES = {MemoryType.GDDR5, MemoryType.GDDR5X, MemoryType.GDDR6, MemoryType.GDDR6X, MemoryType.GDDR7}
+# The device group a discrete device's memory puts its weight stream in (bandwidth_group).
+GROUP_OF_MEMORY = {**dict.fromkeys(_HBM_TYPES, "datacenter"), **dict.fromkeys(_GDDR_TYPES, "desktop")}
+
+
+def bandwidth_group(hw: Hardware) -> str:
+    """The device group whose bandwidth factors a device's weight stream takes: the memory its kernels read, not
+    the market it is sold in. An SoC or CPU stays "unified"; a discrete device with HBM is "datacenter", with GDDR
+    "desktop" (GROUP_OF_MEMORY); other memory goes by its class.
+
+    An L40S or A40 (GDDR6, sold for the datacenter) streams llama.cpp's weights as the RTX 6000 Ada and A6000 on
+    the same dies do: predicted with the HBM parts' factors, their held-out decode ran 22-26% faster than
+    estimated (docs/formulas.md §9, "Bandwidth groups by memory").
+    """
+    market = GROUP_OF_CLASS[hw.device_class.value]
+    return market if market == "unified" else GROUP_OF_MEMORY.get(hw.memory.type, market)
 
 
 @lru_cache(maxsize=1)

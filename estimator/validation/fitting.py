@@ -226,11 +226,11 @@ def _group_pull(log_theta: np.ndarray) -> np.ndarray:
     """Each group's log engine factor minus the engine's mean over the groups, for bandwidth, dequantizing
     bandwidth and compute (the first nine parameters, three groups each), weighted; a group with a parent in
     BANDWIDTH_POOL_PARENT is pulled towards that group's bandwidth factors instead."""
-    own = (log_theta[:len(TYPICAL_LOG_EFF)] - TYPICAL_LOG_EFF).reshape(3, len(GROUPS))
+    own = (log_theta[:len(TYPICAL_LOG_EFF)] - TYPICAL_LOG_EFF).reshape(3, len(GROUPS))   # bandwidth, dequant, compute
     pull = own - own.mean(axis=1, keepdims=True)
     for group, parent in BANDWIDTH_POOL_PARENT.items():
         g, p = GROUPS.index(group), GROUPS.index(parent)
-        pull[:2, g] = own[:2, g] - own[:2, p]
+        pull[:2, g] = own[:2, g] - own[:2, p]   # the two bandwidth rows
     return GROUP_POOL_WEIGHT * pull.ravel()
 
 
