@@ -13,7 +13,7 @@ from estimator.specs.database import load_database
 from estimator.validation.cross_validation import cross_validate
 from estimator.validation.dataset import load_dataset
 from estimator.validation.fitting import build_problem, fit_engine, theta_of
-from estimator.validation.published import fit_failures, format_validation, headline, to_json
+from estimator.validation.published import beyond_physical_limit, fit_failures, format_validation, headline, to_json
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +152,32 @@ def test_rows_that_ran_are_never_dropped(dataset, problem, validation):
     assert np.isfinite(validation.predicted[~problem.fits]).all()
 
 
+def test_rows_measured_beyond_their_physical_limit_are_listed(validation):
+    """No run beats 100% of datasheet with no overheads on the estimate's own reading of it, so a row that does is
+    listed (and still judged). llama-batched-bench's gpt-oss-120b at 32 sequences on a DGX Spark is one: its
+    identical sequences route alike, while uniform routing reads 81.5 of 128 experts a layer, 38.7 GB, at least
+    142 ms a step at 273 GB/s, and it measured 102 ms (docs/formulas.md §9)."""
+    from dataclasses import replace
+    beyond = beyond_physical_limit(validation)
+    ids = [r["id"] for r in beyond["rows"]]
+    batched = "dgxs-gpt-oss-120b-bb-pp512-b32-tg"
+    assert batched in ids and len(set(ids)) == len(ids)
+    assert all(r["speed_over_limit"] > 1 for r in beyond["rows"])
+    assert beyond["count"] == len(ids) == sum(beyond["by_phase"].values()) < len(validation.predicted) / 20
+    # the same row at half its limit's speed leaves the list; a decode row at twice its limit's joins it
+    problem = validation.problem
+    row_ids = np.array([row["id"] for row in problem.rows])
+    inside = np.flatnonzero((problem.measured < problem.limit) & np.isin(problem.resolved.metrics,
+                                                                         ["decode_tps_per_seq"]))[0]
+    measured = problem.measured.copy()
+    measured[row_ids == batched] = 0.5 * problem.limit[row_ids == batched]
+    measured[inside] = 2 * problem.limit[inside]
+    tampered = beyond_physical_limit(replace(validation, problem=replace(problem, measured=measured)))
+    moved = [r["id"] for r in tampered["rows"]]
+    assert batched not in moved and row_ids[inside] in moved and tampered["count"] == beyond["count"]
+    assert next(r for r in tampered["rows"] if r["id"] == row_ids[inside])["speed_over_limit"] == pytest.approx(2.0)
+
+
 # Median width (high / low) of the 80% band as of the last refit plus a margin: a guard against wider bands.
 # Decode (1.70x) and prefill (1.85x) meet their 1.8x and 2.5x targets with cells that part by weight-format
 # family and weigh their sources (estimator.evaluation.intervals); max-throughput is 1.77x.
@@ -207,7 +233,7 @@ def test_fitted_products_stay_within_physical_bounds():
 def test_validation_report_has_every_table(validation):
     text = format_validation(validation)
     for part in ("leave one source out", "80% coverage", "By metric", "By engine", "By backend", "By device group",
-                 "By format family", "Worst rows", "predicted not to fit"):
+                 "By format family", "Worst rows", "predicted not to fit", "Measured beyond the physical limit"):
         assert part in text
 
 
@@ -217,6 +243,7 @@ def test_validation_json_has_headline_splits_and_fit_record(validation):
     for by in ("engine", "backend", "device group", "format family"):
         assert data["splits"][by]
     assert data["fit_failures"]["count"] == len(data["fit_failures"]["ids"])
+    assert data["beyond_physical_limit"]["count"] == len(data["beyond_physical_limit"]["rows"])
     record = data["parameters"]["llama.cpp"]["parameters"]["bandwidth_datacenter"]
     assert {"value", "lower", "upper", "stderr", "on_bound"} <= set(record)
 

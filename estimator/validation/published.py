@@ -152,6 +152,23 @@ def fit_failures(v: Validation) -> dict:
     return {"count": len(ids), "ids": ids}
 
 
+def beyond_physical_limit(v: Validation) -> dict:
+    """Rows measured faster than their physical limit: 100% of datasheet bandwidth and peak and no overheads, on
+    the estimate's own reading of the configuration (its bytes, FLOPs, expert routing and layout). No run can
+    beat that, so each such row is a wrong datum or a run that breaks one of those readings, as
+    llama-batched-bench's identical sequences route alike (docs/formulas.md §9); counted, never dropped."""
+    speed_over_limit = v.problem.measured / v.problem.limit
+    speed_over_limit = np.where(v._times, 1 / speed_over_limit, speed_over_limit)
+    beyond = np.isfinite(speed_over_limit) & (speed_over_limit > 1)
+    phases = v.labels()["phase"]
+    order = np.flatnonzero(beyond)[np.argsort(-speed_over_limit[beyond], kind="stable")]
+    return {"count": int(beyond.sum()), "by_phase": {p: int((beyond & (phases == p)).sum()) for p in PHASES},
+            "rows": [{"id": v.problem.rows[i]["id"], "source": str(v.problem.sources[i]),
+                      "metric": v.problem.rows[i]["metric"], "measured": float(v.problem.measured[i]),
+                      "limit": float(v.problem.limit[i]), "speed_over_limit": float(speed_over_limit[i])}
+                     for i in order]}
+
+
 def headline(v: Validation) -> dict:
     """Cross-validated median and P90 |error| per phase, interval coverage and width, fit failures."""
     masks = _phase_masks(v)
@@ -183,7 +200,8 @@ def splits(v: Validation) -> dict:
 
 def to_json(v: Validation) -> dict:
     """What `roofline validate --published --json` prints."""
-    return {"headline": headline(v), "fit_failures": fit_failures(v), "splits": splits(v),
+    return {"headline": headline(v), "fit_failures": fit_failures(v), "beyond_physical_limit": beyond_physical_limit(v),
+            "splits": splits(v),
             "parameters": {name: fit_record(v.problem, name) for name in sorted(v.params) if name != GENERIC}}
 
 
@@ -227,6 +245,13 @@ def format_validation(v: Validation) -> str:
                                         header=(by, "rows", "median |err|", "p90 |err|", "bias"))]
     parts += ["", "Worst rows", table(worst_rows(v), header=("id", "engine", "metric", "measured", "predicted",
                                                                "error", "known reason"))]
+    beyond = beyond_physical_limit(v)
+    parts += ["", f"Measured beyond the physical limit: {beyond['count']} rows",
+              "  faster than 100% of datasheet with no overheads, on the estimate's bytes, routing and layout: each is "
+              "a wrong datum or a run that breaks one of those readings",
+              table([(r["id"], r["metric"], f"{r['measured']:.4g}", f"{r['limit']:.4g}",
+                      f"{r['speed_over_limit']:.2f}x") for r in beyond["rows"][:10]],
+                    header=("id", "metric", "measured", "limit", "speed / limit"))]
     return "\n".join(parts)
 
 
