@@ -55,6 +55,12 @@ class Validation:
         return np.where(self._times, 1 / ratio, ratio)
 
     @property
+    def speed_over_limit(self) -> np.ndarray:
+        """Measured speed over the physical limit's (time metrics inverted): > 1 means faster than physics allows."""
+        ratio = self.problem.measured / self.problem.limit
+        return np.where(self._times, 1 / ratio, ratio)
+
+    @property
     def _times(self) -> np.ndarray:
         return np.isin(self.problem.resolved.metrics, TIME_METRICS)
 
@@ -157,8 +163,7 @@ def beyond_physical_limit(v: Validation) -> dict:
     the estimate's own reading of the configuration (its bytes, FLOPs, expert routing and layout). No run can
     beat that, so each such row is a wrong datum or a run that breaks one of those readings, as
     llama-batched-bench's identical sequences route alike (docs/formulas.md §9); counted, never dropped."""
-    speed_over_limit = v.problem.measured / v.problem.limit
-    speed_over_limit = np.where(v._times, 1 / speed_over_limit, speed_over_limit)
+    speed_over_limit = v.speed_over_limit
     beyond = np.isfinite(speed_over_limit) & (speed_over_limit > 1)
     phases = v.labels()["phase"]
     order = np.flatnonzero(beyond)[np.argsort(-speed_over_limit[beyond], kind="stable")]
