@@ -47,17 +47,21 @@ class Validation:
     params: dict                   # engine parameters fitted on everything
     jobs: int | None = None        # worker processes for the bands (None: one per core)
     _bands: HeldOutBands | None = field(default=None, repr=False)
+    # computed once; not copied by dataclasses.replace, so a validation of other rows labels afresh
+    _labels: dict | None = field(default=None, init=False, repr=False)
 
     @property
     def speed_ratio(self) -> np.ndarray:
         """Measured speed over predicted speed (time metrics inverted): > 1 means faster than predicted."""
-        ratio = self.problem.measured / self.predicted
-        return np.where(self._times, 1 / ratio, ratio)
+        return self._measured_speed_over(self.predicted)
 
     @property
     def speed_over_limit(self) -> np.ndarray:
         """Measured speed over the physical limit's (time metrics inverted): > 1 means faster than physics allows."""
-        ratio = self.problem.measured / self.problem.limit
+        return self._measured_speed_over(self.problem.limit)
+
+    def _measured_speed_over(self, other: np.ndarray) -> np.ndarray:
+        ratio = self.problem.measured / other
         return np.where(self._times, 1 / ratio, ratio)
 
     @property
@@ -69,6 +73,13 @@ class Validation:
         return np.abs(self.predicted / self.problem.measured - 1)
 
     def labels(self) -> dict[str, np.ndarray]:
+        """Each row's metric, regime, phase, engine, backend, device group and class, format family, model type and
+        source (computed once: every table of the report groups by them)."""
+        if self._labels is None:
+            self._labels = self._row_labels()
+        return self._labels
+
+    def _row_labels(self) -> dict[str, np.ndarray]:
         r = self.problem.resolved
         regimes = [measurement_regime(m, c.batch, sat, s.under_load)
                    for m, c, sat, s in zip(r.metrics, r.configs, r.saturate, r.serving)]
