@@ -18,6 +18,8 @@ from estimator.efficiency.engine_profiles import BACKEND_MARK, EngineProfile
 from estimator.efficiency.rates import effective_rates
 from estimator.errors import ConfigurationError, describe_validation_error
 from estimator.evaluation.columns import (
+    CALIBRATED_DTYPES,
+    apply_calibration,
     compute_peak_table,
     format_columns,
     fp4_gemm_table,
@@ -66,11 +68,6 @@ ALL_AT_ONCE_COLUMNS = ("prefill_phase_s", "running_batch", "max_running_sequence
 MAIN_COLUMNS = ("ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total", "e2e_latency_s",
                 "tpot_inclusive_s", "throughput_out_tps", "prefill_bound", "decode_bound", "memory_required_bytes",
                 "memory_available_bytes", "fits", "max_batch")
-
-
-# The compute efficiency a profile lends to every dtype: its widest measured GEMM, since a profile
-# need not cover every format's dtype.
-CALIBRATED_DTYPES = ("bf16", "fp16", "fp32")
 
 
 def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
@@ -164,13 +161,7 @@ def sweep(models: Sequence[str | ModelSpec], gpus: Sequence[str | Hardware],
     for i, device in enumerate(devices):
         profile = None if physical_limit else (calibrations or {}).get(device.name)
         if profile is not None:
-            bandwidth_eff, compute_eff, _ = device_efficiencies(profile, device, CALIBRATED_DTYPES)
-            hw_columns["device_bandwidth_eff"][i] = bandwidth_eff
-            if compute_eff is not None:
-                hw_columns["device_compute_eff"][i] = compute_eff
-                hw_columns["calibrated_gemm"][i] = 1.0
-            for key in ("eager_layer_s", "eager_expert_s", "kv_expand_bytes_per_s"):
-                hw_columns[key][i] = getattr(profile.summary, key) or np.nan
+            apply_calibration(hw_columns, i, profile, device)
     hw = on_axis(hw_columns, 1)
     hw["fp4_gemm"] = fp4_gemm_table(dtypes).T.reshape(1, sizes[1], sizes[2], *[1] * (len(sizes) - 3))
     # the decode curve may be a model's own: by model, device and format
@@ -248,8 +239,6 @@ class Estimate(Configuration):
     efficiency_source: str
     results: dict
     warnings: tuple[str, ...] = ()
-    # the calibration profile applied, if any: what evaluates this configuration again (speculative_speedup_grid)
-    calibration: CalibrationProfile | None = field(default=None, repr=False, compare=False)
 
     @property
     def engine(self) -> str:

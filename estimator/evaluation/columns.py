@@ -14,7 +14,12 @@ from typing import Sequence
 
 import numpy as np
 
-from estimator.efficiency.calibration_profile import WEIGHT_STREAM_ROWS, weight_stream_efficiencies
+from estimator.efficiency.calibration_profile import (
+    WEIGHT_STREAM_ROWS,
+    CalibrationProfile,
+    device_efficiencies,
+    weight_stream_efficiencies,
+)
 from estimator.efficiency.defaults import (
     CLASS_ORDER,
     GENERIC_ENGINE,
@@ -35,6 +40,9 @@ from estimator.specs.model import ModelSpec
 
 # Columns of a calibrated device's decode curve (weight-stream efficiency at each measured row count).
 WEIGHT_STREAM_KEYS = tuple(f"weight_stream_eff_m{m}" for m in WEIGHT_STREAM_ROWS)
+# The compute efficiency a profile lends to every dtype: its widest measured GEMM, since a profile
+# need not cover every format's dtype.
+CALIBRATED_DTYPES = ("bf16", "fp16", "fp32")
 
 Columns = dict[str, np.ndarray]
 
@@ -246,6 +254,18 @@ def compute_peak_table(formats: Sequence[WeightFormat],
 def fp4_gemm_table(dtypes: list[list[str]]) -> np.ndarray:
     """1 where a format's GEMMs run at the device's FP4 tensor rate, from compute_peak_table's dtypes."""
     return np.array([[float(d == "fp4") for d in row] for row in dtypes])
+
+
+def apply_calibration(hw_columns: Columns, i, profile: CalibrationProfile, device: Hardware) -> None:
+    """Entry ``i`` of :func:`hardware_columns` takes a calibration's measurements in place: the device's read
+    bandwidth and GEMM rate as its efficiencies, and the measured eager host times and grouped-KV copy rate."""
+    bandwidth_eff, compute_eff, _ = device_efficiencies(profile, device, CALIBRATED_DTYPES)
+    hw_columns["device_bandwidth_eff"][i] = bandwidth_eff
+    if compute_eff is not None:
+        hw_columns["device_compute_eff"][i] = compute_eff
+        hw_columns["calibrated_gemm"][i] = 1.0
+    for key in ("eager_layer_s", "eager_expert_s", "kv_expand_bytes_per_s"):
+        hw_columns[key][i] = getattr(profile.summary, key) or np.nan
 
 
 def weight_stream_columns(models, devices, fmts, calibrations: dict, physical_limit: bool) -> dict[str, np.ndarray]:

@@ -6,16 +6,19 @@ different engine parameters; everything that does not depend on the engine is ga
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
+from estimator.efficiency.calibration_profile import WEIGHT_STREAM_ROWS, CalibrationProfile, weight_stream_efficiencies
 from estimator.efficiency.defaults import PHYSICAL_LIMIT, EngineDefaults
 from estimator.efficiency.engine_profiles import EngineProfile
 from estimator.efficiency.engine_profiles import engine as engine_profile
 from estimator.efficiency.rates import effective_rates
 from estimator.evaluation.columns import (
+    WEIGHT_STREAM_KEYS,
+    apply_calibration,
     compute_peak_table,
     format_columns,
     fp4_gemm_table,
@@ -43,6 +46,9 @@ class Configuration:
     batch: int
     prompt_tokens: float   # whole in an estimate; a dataset's mean in a predicted row
     output_tokens: float
+    # the calibration profile applied, if any (`--calibration`, a measurement's `calibration` column): its
+    # measured rates replace the device's defaults for this configuration
+    calibration: CalibrationProfile | None = field(default=None, repr=False, compare=False, kw_only=True)
 
 
 def _gather(items, columns_of):
@@ -78,6 +84,8 @@ class ConfigurationColumns:
                        [c.output_tokens for c in configs], mean_lengths=True)
         m, _, _ = _gather([c.model for c in configs], model_columns)
         hw, devices, hw_index = _gather([c.hardware for c in configs], lambda u: hardware_columns(u, physical_limit))
+        if not physical_limit:
+            _apply_calibrations(hw, configs)
         formats = list({id(c.weight_format): c.weight_format for c in configs}.values())
         position = {id(f): i for i, f in enumerate(formats)}
         f_index = np.array([position[id(c.weight_format)] for c in configs])
@@ -106,6 +114,21 @@ class ConfigurationColumns:
                                B=self.batch if batch is None else batch, T=self.prompt_tokens, O=self.output_tokens,
                                layout=self.layout, serving=serving.columns() if serving_columns is None
                                else serving_columns, engine=parameters)
+
+
+def _apply_calibrations(hw: dict, configs: Sequence[Configuration]) -> None:
+    """Each calibrated row's measured rates in place of its device's defaults (``hw`` has one entry per row), and
+    its profile's decode curve for the row's model and format where the profile measured one."""
+    curves = np.full((len(WEIGHT_STREAM_ROWS), len(configs)), np.nan)
+    for i, c in enumerate(configs):
+        if c.calibration is None:
+            continue
+        apply_calibration(hw, i, c.calibration, c.hardware)
+        found = weight_stream_efficiencies(c.calibration, c.hardware, c.weight_format.name, c.model.name)
+        if found:
+            curves[:, i] = found
+    if not np.isnan(curves).all():
+        hw.update(zip(WEIGHT_STREAM_KEYS, curves))
 
 
 def results_for_configurations(configs: Sequence[Configuration], serving: ServingOptions | None = None,

@@ -54,17 +54,19 @@ def _positive(text) -> bool:
 def load_dataset() -> Dataset:
     """Every CSV in measurements_db, checked for its columns, unique ids, a URL and a known metric."""
     rows, files, seen = [], [], set()
-    for path in sorted(p for p in resources.files("measurements_db").iterdir() if p.name.endswith(".csv")):
+    folder = resources.files("measurements_db")
+    for path in sorted(p for p in folder.iterdir() if p.name.endswith(".csv")):
         reader = csv.DictReader(io.StringIO(path.read_text()))
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
             raise DatabaseError(f"measurements_db/{path.name}: missing columns {missing}")
         for row in reader:
-            problem = _row_problem(row, seen)
+            problem = _row_problem(row, seen) or _calibration_problem(row, folder)
             if problem:
                 raise DatabaseError(f"measurements_db/{path.name}, row {row.get('id')!r}: {problem}")
             seen.add(row["id"])
-            rows.append({**row, "file": path.name})
+            # "folder": where the row's relative paths (its calibration profile) are read from
+            rows.append({**row, "file": path.name, "folder": str(folder)})
         files.append(path.name)
     return Dataset(rows, files)
 
@@ -73,6 +75,14 @@ def _cites_source(url: str) -> bool:
     """A web address, or for a row this project measured, the repository folder or file its raw output was
     committed in (a relative path such as benchmarks/results/h200-2026-11-30/)."""
     return url.startswith("http") or (REPOSITORY_PATH.fullmatch(url) is not None and ".." not in url)
+
+
+def _calibration_problem(row: dict, folder) -> str | None:
+    """A row's calibration profile (optional ``calibration`` column) must be a file of the collection's folder."""
+    name = row.get("calibration") or ""
+    if name and (".." in name or not folder.joinpath(name).is_file()):
+        return f"calibration {name!r} is not a file under measurements_db/"
+    return None
 
 
 def _row_problem(row: dict, seen: set) -> str | None:

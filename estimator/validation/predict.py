@@ -4,7 +4,7 @@ Columns are those of the measurement schema (``measurements_db/SCHEMA.md``). Req
 n_gpus, model, weight_format, batch, input_len, output_len, metric``; the others are optional: ``engine``
 (else the ``framework`` text picks the profile in ``engines_db/``), the layout (``tp, pp, ep, dp,
 attention_dp``), ``memory_gib``, ``kv_format``, ``attention``, ``context_depth``, ``gpu_layers``, ``cpu_moe``,
-and for a serving benchmark ``concurrency`` or ``request_rate`` with ``max_num_seqs``, ``prefix_hit_rate``,
+``calibration`` (the profile of the machine the row ran on: :mod:`estimator.validation.row_calibration`), and for a serving benchmark ``concurrency`` or ``request_rate`` with ``max_num_seqs``, ``prefix_hit_rate``,
 ``num_requests`` and ``lengths`` (the dataset its requests came from, a preset, at the row's mean lengths).
 Mean lengths may be fractional. A row that cannot be predicted gets a status and a reason, and the other
 rows still run. Names with a parenthetical remark (``FP8 (ModelOpt)``) are tried with and without it.
@@ -46,6 +46,7 @@ from estimator.serving.workload import Layout, ServingOptions, check_layout, sca
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import format_family, kv_format, weight_format
 from estimator.validation.metrics import METRICS, NEEDS_LENGTHS, result_column
+from estimator.validation.row_calibration import calibration_of_row
 
 REQUIRED = ("id", "hardware", "n_gpus", "model", "weight_format", "batch", "input_len", "output_len", "metric")
 OUTPUT_COLUMNS = ("id", "status", "engine", "metric", "predicted", "predicted_low", "predicted_high", "measured",
@@ -137,6 +138,7 @@ def configuration_from_row(row: dict, db: Database, engine: EngineProfile | None
     layout = layout_of_row(row, model, hardware, engine)
     check_layout(model, layout)
     return Configuration(
+        calibration=calibration_of_row(row),
         model=model, hardware=hardware, weight_format=engine.runs(fmt) if engine else fmt,
         kv_format=_resolve(kv_format, _cell(row, "kv_format") or "f16"),
         layout=layout, batch=_int(row, "batch", 1, minimum=1),  # no batch: saturated or under load below
@@ -408,7 +410,7 @@ def predict_file(in_path: str, out_path: str, db: Database | None = None, force:
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
             raise ConfigurationError(f"--csv {src}: missing columns {missing}; required: {', '.join(REQUIRED)}")
-        rows = list(reader)
+        rows = [{**row, "folder": str(src.parent)} for row in reader]   # calibration paths are the file's
     except csv.Error as exc:
         raise ConfigurationError(f"--csv {src} is not a readable CSV file: {exc}") from None
     results = predict_rows(rows, db)
