@@ -36,6 +36,14 @@ def test_a_calibrated_row_is_predicted_as_the_calibrated_estimate(db):
     assert float(calibrated["predicted"]) == pytest.approx(direct.decode_tps_per_seq, rel=1e-5)
     assert 1 / float(calibrated["predicted"]) == pytest.approx(32 * profile.summary.eager_layer_s, rel=0.1)
     assert abs(float(plain["predicted"]) / float(calibrated["predicted"]) - 1) > 0.05
+    assert f"calibrated: {profile.label}" in calibrated["reason"] and "calibrated" not in plain["reason"]
+
+
+def test_a_row_citing_another_devices_profile_is_predicted_with_a_warning(db):
+    """The H200's profile on an A100 is applied as a ratio to the A100's datasheet, and the reason says it is
+    borrowed, as `estimate --calibration` does."""
+    borrowed, = predict_rows([{**ROW, "hardware": "NVIDIA A100 SXM4 80GB", "calibration": str(_profile_path())}], db)
+    assert borrowed["status"] == "ok" and "BORROWED calibration of NVIDIA H200" in borrowed["reason"]
 
 
 def test_a_predict_file_reads_its_calibrations_beside_it_and_a_missing_one_fails_only_its_row(tmp_path):
