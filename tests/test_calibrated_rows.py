@@ -67,7 +67,8 @@ def test_the_dataset_takes_only_a_calibration_that_is_one_of_its_files():
     folder = resources.files("measurements_db")
     assert _calibration_problem({"calibration": PROFILE}, folder) is None
     assert _calibration_problem({"calibration": ""}, folder) is None
-    for name in ("calibrations/absent.yaml", "../hardware_db/calibrations/nvidia-h200-sxm-141gb-vm.yaml"):
+    for name in ("calibrations/absent.yaml", "../hardware_db/calibrations/nvidia-h200-sxm-141gb-vm.yaml",
+                 str(_profile_path())):   # an absolute path is refused even where the file exists
         assert name in _calibration_problem({"calibration": name}, folder)
 
 

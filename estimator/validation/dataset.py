@@ -78,9 +78,10 @@ def _cites_source(url: str) -> bool:
 
 
 def _calibration_problem(row: dict, folder) -> str | None:
-    """A row's calibration profile (optional ``calibration`` column) must be a file of the collection's folder."""
+    """A row's calibration profile (optional ``calibration`` column) must be a file of the collection's folder, named
+    by a relative path (the dataset is read wherever the package is installed)."""
     name = row.get("calibration") or ""
-    if name and (".." in name or not folder.joinpath(name).is_file()):
+    if name and (name.startswith("/") or ".." in name or not folder.joinpath(name).is_file()):
         return f"calibration {name!r} is not a file under measurements_db/"
     return None
 
