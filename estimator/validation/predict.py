@@ -4,7 +4,8 @@ Columns are those of the measurement schema (``measurements_db/SCHEMA.md``). Req
 n_gpus, model, weight_format, batch, input_len, output_len, metric``; the others are optional: ``engine``
 (else the ``framework`` text picks the profile in ``engines_db/``), the layout (``tp, pp, ep, dp,
 attention_dp``), ``memory_gib``, ``kv_format``, ``attention``, ``context_depth``, ``gpu_layers``, ``cpu_moe``,
-``calibration`` (the profile of the machine the row ran on: :mod:`estimator.validation.row_calibration`), and for a serving benchmark ``concurrency`` or ``request_rate`` with ``max_num_seqs``, ``prefix_hit_rate``,
+``calibration`` (the profile of the machine the row ran on: :mod:`estimator.validation.row_calibration`), and
+for a serving benchmark ``concurrency`` or ``request_rate`` with ``max_num_seqs``, ``prefix_hit_rate``,
 ``num_requests`` and ``lengths`` (the dataset its requests came from, a preset, at the row's mean lengths).
 Mean lengths may be fractional. A row that cannot be predicted gets a status and a reason, and the other
 rows still run. Names with a parenthetical remark (``FP8 (ModelOpt)``) are tried with and without it.
