@@ -155,13 +155,9 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
-def device_efficiencies(profile: CalibrationProfile, hw, compute_dtypes) -> tuple[float, float | None, str]:
-    """Measured device efficiencies for ``hw``: bandwidth, compute (first dtype measured), and a note.
-
-    A profile of another device is applied as a ratio to ``hw``'s own datasheet and
-    the note says it is borrowed (a profile copied across GPUs is a known source of
-    error, BLIS #1711).
-    """
+def device_efficiencies(profile: CalibrationProfile, hw, compute_dtypes) -> tuple[float, float | None]:
+    """Measured device efficiencies for ``hw``: bandwidth and compute (first dtype measured). A profile of another
+    device is applied as a ratio to ``hw``'s own datasheet (:func:`calibration_note` says so)."""
     s = profile.summary
     bandwidth_eff = s.read_bandwidth_bytes_per_s / hw.memory_bandwidth_bytes_per_s
     compute_eff = None
@@ -170,10 +166,15 @@ def device_efficiencies(profile: CalibrationProfile, hw, compute_dtypes) -> tupl
         if measured and peak:
             compute_eff = measured / peak
             break
+    return min(bandwidth_eff, 1.0), None if compute_eff is None else min(compute_eff, 1.0)
+
+
+def calibration_note(profile: CalibrationProfile, hw) -> str:
+    """Which profile set ``hw``'s rates, or a warning that it is another device's (a profile copied across GPUs is
+    a known source of error, BLIS #1711)."""
     own = hw.name in (profile.device.matched_hardware, calibrated_name(profile))
-    note = f"calibrated: {profile.label}" if own else \
+    return f"calibrated: {profile.label}" if own else \
         f"BORROWED calibration of {profile.device.name} applied to {hw.name}: treat with care"
-    return min(bandwidth_eff, 1.0), None if compute_eff is None else min(compute_eff, 1.0), note
 
 
 # The rows the weight-stream curve is read at (the quick plan measures these; the full plan more).

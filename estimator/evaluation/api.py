@@ -12,13 +12,12 @@ from typing import Sequence
 import numpy as np
 from pydantic import ValidationError
 
-from estimator.efficiency.calibration_profile import CalibrationProfile, device_efficiencies
+from estimator.efficiency.calibration_profile import CalibrationProfile, calibration_note
 from estimator.efficiency.defaults import PHYSICAL_LIMIT
 from estimator.efficiency.engine_profiles import BACKEND_MARK, EngineProfile
 from estimator.efficiency.rates import effective_rates
 from estimator.errors import ConfigurationError, describe_validation_error
 from estimator.evaluation.columns import (
-    CALIBRATED_DTYPES,
     apply_calibration,
     compute_peak_table,
     format_columns,
@@ -344,8 +343,7 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
     source = "datasheet peaks x default device efficiencies (no calibration profile)"
     source += f"; engine profile {profile_engine.name} ({'fitted' if profile_engine.fit else 'prior, not fitted'})"
     if profile is not None:
-        source = device_efficiencies(profile, device, CALIBRATED_DTYPES)[2] + \
-            f"; engine profile {profile_engine.name}"
+        source = calibration_note(profile, device) + f"; engine profile {profile_engine.name}"
         if source.startswith("BORROWED"):
             warnings.append(source)
     if row.get("saturated"):

@@ -259,7 +259,7 @@ def fp4_gemm_table(dtypes: list[list[str]]) -> np.ndarray:
 def apply_calibration(hw_columns: Columns, i, profile: CalibrationProfile, device: Hardware) -> None:
     """Entry ``i`` of :func:`hardware_columns` takes a calibration's measurements in place: the device's read
     bandwidth and GEMM rate as its efficiencies, and the measured eager host times and grouped-KV copy rate."""
-    bandwidth_eff, compute_eff, _ = device_efficiencies(profile, device, CALIBRATED_DTYPES)
+    bandwidth_eff, compute_eff = device_efficiencies(profile, device, CALIBRATED_DTYPES)
     hw_columns["device_bandwidth_eff"][i] = bandwidth_eff
     if compute_eff is not None:
         hw_columns["device_compute_eff"][i] = compute_eff

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from estimator.efficiency.calibration_profile import device_efficiencies
+from estimator.efficiency.calibration_profile import calibration_note
 from estimator.efficiency.defaults import PHYSICAL_LIMIT, EngineDefaults
 from estimator.efficiency.engine_profiles import EngineProfile, engine, engine_for_framework
 from estimator.errors import (
@@ -41,7 +41,6 @@ from estimator.errors import (
     write_atomically,
 )
 from estimator.evaluation.api import resolve_model
-from estimator.evaluation.columns import CALIBRATED_DTYPES
 from estimator.evaluation.configurations import Configuration, ConfigurationColumns
 from estimator.evaluation.intervals import default_backend, measurement_band, measurement_regime, row_interval
 from estimator.serving.lengths import preset_at_means
@@ -389,7 +388,7 @@ def _fill(result: dict, r: dict, limit: dict, resolved: Resolved, j: int, row: d
                             f"{r['memory_available_bytes'] / 1e9:.1f} GB; prediction assumes it fits")
     config, metric = resolved.configs[j], result["metric"]
     if config.calibration is not None:   # the profile that set the device's rates; says so if another device's
-        note = device_efficiencies(config.calibration, config.hardware, CALIBRATED_DTYPES)[2]
+        note = calibration_note(config.calibration, config.hardware)
         result["reason"] = "; ".join(filter(None, (result["reason"], note)))
     regime = measurement_regime(metric, config.batch, resolved.saturate[j], resolved.serving[j].under_load)
     found = measurement_band(metric, regime, config.model.shape.moe, format_family(config.weight_format.name),

@@ -21,9 +21,8 @@ def calibration_of_row(row: dict) -> CalibrationProfile | None:
     name = (row.get("calibration") or "").strip()
     if not name:
         return None
-    path = Path(name)
-    try:
-        return _load(str(path if path.is_absolute() else Path(row.get("folder") or ".") / path))
+    try:   # an absolute path stays as it is: pathlib's join drops the folder before it
+        return _load(str(Path(row.get("folder") or ".") / name))
     except DatabaseError as exc:
         raise ConfigurationError(f"column 'calibration': {exc}") from None
 
