@@ -233,15 +233,32 @@ def test_fitted_products_stay_within_physical_bounds():
 def test_validation_report_has_every_table(validation):
     text = format_validation(validation)
     for part in ("leave one source out", "80% coverage", "By metric", "By engine", "By backend", "By device group",
-                 "By format family", "Worst rows", "predicted not to fit", "Measured beyond the physical limit"):
+                 "By format family", "By measurement year", "Fitted parameters on a bound", "Worst rows",
+                 "predicted not to fit", "Measured beyond the physical limit"):
         assert part in text
+
+
+def test_the_report_lists_every_parameter_that_ended_on_a_bound(validation):
+    """The fit record's on_bound flags and the report's list agree, and each listed value is within 1% of its bound
+    (a trust-region fit the prior pulls back stops just short of a bound: TensorRT-LLM's per-layer cost at 99.7 us)."""
+    from estimator.validation.fitting import GENERIC, fit_record
+    from estimator.validation.published import parameters_on_bound
+    flagged = {(name, key) for name in validation.params if name != GENERIC
+               for key, p in fit_record(validation.problem, name)["parameters"].items() if p["on_bound"]}
+    listed = parameters_on_bound(validation)
+    assert {(e, k) for e, k, _, _ in listed} == flagged
+    assert all(abs(value / bound - 1) < 0.011 for _, _, value, bound in listed)
 
 
 def test_validation_json_has_headline_splits_and_fit_record(validation):
     data = to_json(validation)
     assert {"decode", "prefill", "throughput", "serving"} <= set(data["headline"]["phases"])
-    for by in ("engine", "backend", "device group", "format family"):
+    for by in ("engine", "backend", "device group", "format family", "measurement year"):
         assert data["splits"][by]
+    # a row's year is its date's (measurements_db/SCHEMA.md: YYYY-MM or YYYY-MM-DD), "undated" without one
+    years = set(data["splits"]["measurement year"])
+    assert years <= {(row.get("date") or "")[:4] or "undated" for row in validation.problem.rows} and len(years) > 2
+    assert all(y == "undated" or (y.isdigit() and len(y) == 4) for y in years)
     assert data["fit_failures"]["count"] == len(data["fit_failures"]["ids"])
     assert data["beyond_physical_limit"]["count"] == len(data["beyond_physical_limit"]["rows"])
     record = data["parameters"]["llama.cpp"]["parameters"]["bandwidth_datacenter"]

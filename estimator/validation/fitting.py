@@ -329,6 +329,21 @@ def fit_all(problem: Problem, jobs: int | None = None) -> dict[str, EngineDefaul
     return {name: fit_engine(problem, name) for name in names}
 
 
+# A trust-region fit whose data push a parameter against its bound stops short of it, the prior pulling back:
+# TensorRT-LLM's per-layer cost ended 0.3% under its 100 us bound with a 9% standard error. Within 1% of a bound
+# counts as on it.
+BOUND_TOLERANCE = 0.01
+
+
+def at_bound(log_theta, lower, upper) -> np.ndarray:
+    """Whether each parameter lies within :data:`BOUND_TOLERANCE` (relative) of its lower or upper bound.
+
+    >>> at_bound(np.log([0.9971e-4, 0.5, 0.0502]), np.array([1e-7, 0.05, 0.05]), np.array([1e-4, 0.95, 0.95]))
+    array([ True, False,  True])
+    """
+    return (np.abs(log_theta - np.log(lower)) < BOUND_TOLERANCE) | (np.abs(log_theta - np.log(upper)) < BOUND_TOLERANCE)
+
+
 def fit_record(problem: Problem, name: str) -> dict:
     """Each fitted parameter's value, bounds, standard error and whether it ended on a bound.
 
@@ -354,7 +369,7 @@ def fit_record(problem: Problem, name: str) -> dict:
     # no rows on) is set by the prior and the pull between groups alone: it has no standard error, and its
     # sitting on a bound says nothing; nor has an inherited one.
     identified = free & np.any(np.abs(jac[:n]) > 0, axis=0)
-    on_bound = identified & ((np.abs(log_theta - np.log(lower)) < 1e-3) | (np.abs(log_theta - np.log(upper)) < 1e-3))
+    on_bound = identified & at_bound(log_theta, lower, upper)
     # four significant digits, kept inside the box (a value on a bound must not round past it)
     value = np.clip([float(f"{x:.4g}") for x in theta], lower, upper)
     return {"rows": n, "parameters": {

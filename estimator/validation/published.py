@@ -37,7 +37,7 @@ from estimator.validation.interval_calibration import HeldOutBands, Residuals, h
 HEADLINE_METRICS = {"decode": ("decode_tps_per_seq", "decode_tps_total", "itl_ms"),
                     "prefill": PREFILL_METRICS, "throughput": THROUGHPUT_METRICS}
 PHASES = ("decode", "prefill", "throughput", "serving")
-SPLITS = ("engine", "backend", "device group", "format family")
+SPLITS = ("engine", "backend", "device group", "format family", "measurement year")
 
 
 @dataclass
@@ -73,8 +73,8 @@ class Validation:
         return np.abs(self.predicted / self.problem.measured - 1)
 
     def labels(self) -> dict[str, np.ndarray]:
-        """Each row's metric, regime, phase, engine, backend, device group and class, format family, model type and
-        source (computed once: every table of the report groups by them)."""
+        """Each row's metric, regime, phase, engine, backend, device group and class, format family, model type,
+        measurement year and source (computed once: every table of the report groups by them)."""
         if self._labels is None:
             self._labels = self._row_labels()
         return self._labels
@@ -95,6 +95,8 @@ class Validation:
             "device class": np.array([c.hardware.device_class.value for c in r.configs]),
             "format family": np.array([format_family(c.weight_format.name) for c in r.configs]),
             "model type": np.array(["MoE" if c.model.shape.moe else "dense" for c in r.configs]),
+            # the year a row was measured (or, where that is all a source says, published: measurements_db/SCHEMA.md)
+            "measurement year": np.array([(row.get("date") or "")[:4] or "undated" for row in self.problem.rows]),
             "source": self.problem.sources,
         }
 
@@ -201,7 +203,8 @@ def headline(v: Validation) -> dict:
 
 
 def splits(v: Validation) -> dict:
-    """Error and interval quality per phase, split by engine, backend, device group and format family."""
+    """Error and interval quality per phase, split by engine, backend, device group, format family and the year
+    measured."""
     labels, masks = v.labels(), _phase_masks(v)
     out = {}
     for by in SPLITS:
@@ -211,6 +214,20 @@ def splits(v: Validation) -> dict:
                 if cell.any():
                     out.setdefault(by, {}).setdefault(str(group), {})[phase] = {
                         **_errors(v, cell), "interval": interval_quality(v, cell)}
+    return out
+
+
+def parameters_on_bound(v: Validation) -> list[tuple[str, str, float, float]]:
+    """(engine, parameter, value, bound) for each fitted parameter that ended on a bound: a missing mechanism."""
+    out = []
+    for name in sorted(v.params):
+        if name == GENERIC:
+            continue
+        for key, p in fit_record(v.problem, name)["parameters"].items():
+            if p["on_bound"]:
+                bound = p["upper"] if abs(np.log(p["value"] / p["upper"])) < abs(np.log(p["value"] / p["lower"])) \
+                    else p["lower"]
+                out.append((name, key, p["value"], bound))
     return out
 
 
@@ -256,9 +273,14 @@ def format_validation(v: Validation) -> str:
                    header=("phase", "rows", "median |err|", "p90 |err|", "bias", "80% coverage", "median width")),
              "  coverage and width: each source judged on an interval built from the other sources only; serving "
              "rows (client concurrency or request rate) are not in the headline"]
-    for by in ("metric", "engine", "backend", "device group", "format family", "model type"):
+    for by in ("metric", "engine", "backend", "device group", "format family", "model type", "measurement year"):
         parts += ["", f"By {by}", table([(g, n, pct(m), pct(p), pct(b)) for g, n, m, p, b in error_table(v, by)],
                                         header=(by, "rows", "median |err|", "p90 |err|", "bias"))]
+    on_bound = parameters_on_bound(v)
+    parts += ["", f"Fitted parameters on a bound: {len(on_bound)}",
+              "  a parameter the data push against a physical bound stands in for a mechanism the model lacks",
+              table([(e, k, f"{x:.4g}", f"{b:.4g}") for e, k, x, b in on_bound],
+                    header=("engine", "parameter", "value", "bound"))]
     parts += ["", "Worst rows", table(worst_rows(v), header=("id", "engine", "metric", "measured", "predicted",
                                                                "error", "known reason"))]
     beyond = beyond_physical_limit(v)
