@@ -104,6 +104,35 @@ def test_each_touched_expert_costs_a_tile_of_tokens(db):
         run(dense, hw, fmt="bf16", ideal=False, engine=plain)["ttft_s"]
 
 
+def test_a_one_token_pass_runs_its_experts_as_matrix_vector_products(db):
+    """llama.cpp's MUL_MAT_ID runs each routed expert as a mat-vec for one token on every backend (ggml-cuda and
+    ggml-vulkan take their mul_mat_vec paths at one token), which pads no tile: Mixtral's batch-1 decode on an H100
+    costs what it costs without tiles, however large the tile, and a batch of two pays the tile for each expert it
+    touches (docs/formulas.md §9). A tile of 1,024 tokens makes the padding 31 ms, so it cannot hide under the
+    weight stream."""
+    from estimator.efficiency.defaults import GENERIC_ENGINE
+    from estimator.physics.roofline import COMPUTE, MEMORY
+    from estimator.physics.traffic import expected_experts as touched
+    from tests.helpers import run
+
+    spec, hw = db.models.get("mixtral-8x7b"), db.hardware.get("h100")
+    plain = GENERIC_ENGINE.model_copy(update={"per_step_s": 0.0, "per_layer_s": 0.0})
+    tiled = plain.model_copy(update={"expert_tile_tokens": 1024.0})
+    matvec = tiled.model_copy(update={"expert_matvec_tokens": 1})
+    one = [run(spec, hw, fmt="bf16", B=1, ideal=False, engine=e) for e in (plain, tiled, matvec)]
+    assert one[2]["decode_linear_s"] == one[0]["decode_linear_s"] and one[2]["decode_bound"] == MEMORY
+    assert one[1]["decode_bound"] == COMPUTE
+    two = [run(spec, hw, fmt="bf16", B=2, ideal=False, engine=e) for e in (plain, tiled, matvec)]
+    assert two[2]["decode_linear_s"] == two[1]["decode_linear_s"] and two[2]["decode_bound"] == COMPUTE
+    # both tiled passes are compute-bound at one rate: their times are in the ratio of their FLOPs, each token's and
+    # a tile for each expert touched (2 of 8 at one token, 8 (1 - (3/4)²) = 3.5 at two)
+    per_expert = 3 * spec.shape.hidden_size * spec.shape.moe.expert_intermediate_size
+    flops = lambda r, tokens: (r["decode_flops_linear"] + r["decode_flops_head"]  # noqa: E731
+                               + 2 * per_expert * spec.shape.num_layers * float(touched(8, 2, tokens)) * 1024)
+    assert two[1]["decode_linear_s"] / one[1]["decode_linear_s"] == pytest.approx(
+        flops(two[1], 2) / flops(one[1], 1), rel=1e-9)
+
+
 def test_an_engine_that_prefills_in_micro_batches_pads_its_experts_once_per_micro_batch(db):
     """llama.cpp runs a prompt in micro-batches of n_ubatch (512) tokens: a 4,096-token prefill of Mixtral touches
     its experts 8 times, each with 512 tokens, so the tile padding is 8 x that of 512 tokens, not that of one pass

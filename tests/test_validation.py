@@ -479,6 +479,19 @@ def test_gddr_cards_sold_for_the_datacenter_stream_as_the_desktop_cards_do(valid
     assert np.median(error) < 0.12 and error.max() < 0.2
 
 
+def test_a_batch_one_moe_decode_on_llama_cpp_pays_no_expert_tile(validation):
+    """Discussion #15396's MI50 (gfx906, 1 TB/s HBM2, ROCm, b7129): gpt-oss-20b decodes at 120.9 and 111.0 tokens/s,
+    its source held out. With a tile of tokens on each of the 24 x 4 experts the token touches, the step computed
+    at ROCm's datacenter rate and was predicted at 14.8 (0.12x); llama.cpp runs one token's experts as mat-vecs,
+    which pad nothing, and the held-out prediction is within 15%."""
+    rows = validation.problem.rows
+    mine = np.array([r["id"].startswith("d15396-amd-instinct-mi50-gpt-oss-20b-") and r["metric"] == "decode_tps_per_seq"
+                     for r in rows])
+    ratio = validation.predicted[mine] / validation.problem.measured[mine]
+    assert mine.sum() == 2
+    assert np.all(np.abs(ratio - 1) < 0.15), ratio
+
+
 def test_a_backend_variant_keeps_its_engines_kv_product(problem):
     """llama.cpp on Vulkan has too few long-context rows to tell its attention reads from its compute: it keeps the
     KV product llama.cpp's fit on the same rows gives, and the record says so instead of calling it fitted."""

@@ -79,6 +79,11 @@ class EngineDefaults(Frozen):
     expert_tile_tokens: float = Field(
         default=0.0, ge=0, le=4096, description="MoE grouped GEMMs: every expert a pass touches costs at least the "
                                                 "FLOPs of this many tokens (tiles of rows, routing and permutation)")
+    expert_matvec_tokens: int = Field(
+        default=0, ge=0, description="MoE: a pass of at most this many tokens runs each routed expert as a "
+                                     "matrix-vector product, which pads no tile, so expert_tile_tokens does not "
+                                     "apply to it (llama.cpp: one token, mul_mat_vec_id on every backend); a "
+                                     "property of the engine's kernels, never fitted")
     fp16_accumulate: bool = Field(
         default=False, description="16-bit GEMMs accumulate in FP16, which GeForce cards run at twice their listed "
                                    "(FP32-accumulate) rate (compute_ceiling); a property of the engine's kernels, "

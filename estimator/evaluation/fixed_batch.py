@@ -117,13 +117,15 @@ def _expert_kernels(s: _Setup, flops: dict, tokens) -> dict:
     """MoE grouped GEMMs run each touched expert over few tokens (tokens · k / experts touched): every expert a
     pass touches costs the FLOPs of at least ``expert_tile_tokens`` more tokens (docs/formulas.md §9), the
     row tiles it pads to and its routing and permutation. So their efficiency is M_e / (M_e + M_tile) of the
-    dense rate for M_e tokens per expert: low in prefill chunks spread over many experts, near 1 with many."""
+    dense rate for M_e tokens per expert: low in prefill chunks spread over many experts, near 1 with many.
+    A pass of at most ``expert_matvec_tokens`` tokens runs its experts as matrix-vector products: no tile."""
     m = s.m
     on_device = np.maximum(m["moe_layers"] - s.cpu_layers, 0.0)
     # an engine that runs a prompt in micro-batches (llama.cpp's n_ubatch) touches the experts once per micro-batch
     chunks = np.ceil(tokens / s.serving["ubatch_tokens"]) if s.engine.prefill_in_ubatches else 1.0
     touched = chunks * distinct_experts(m["experts"], m["experts_per_token"], tokens / chunks, s.serving["expert_skew"])
-    padding = 2 * m["params_routed_one"] * on_device * touched * s.engine.expert_tile_tokens
+    tiled = np.asarray(tokens) > s.engine.expert_matvec_tokens
+    padding = 2 * m["params_routed_one"] * on_device * touched * s.engine.expert_tile_tokens * tiled
     return {**flops, "linear": flops["linear"] + padding}
 
 
