@@ -113,11 +113,11 @@ TYPICAL_LOG_EFF = np.log([*[TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS] * 2
 
 
 # What an engine's kernels and host loop are (FP16 accumulation, PyTorch's own GEMMs, eager launches and their
-# cost per routed expert, prompts run in micro-batches): carried from its profile into a fit, never fitted.
+# cost per routed expert, prompts run in micro-batches, experts run as mat-vecs): carried from its profile into a
+# fit, never fitted.
 KERNEL_PROPERTIES = ("fp16_accumulate", "attention_fp16_accumulate_share", "torch_kernels", "eager_host",
                      "per_expert_s", "prefill_in_ubatches", "expert_matvec_tokens", "expands_grouped_kv",
-                     "broadcasts_grouped_kv",
-                     "caps_scores_in_fused_attention", "score_bits", "dequantizes_kv_cache",
+                     "broadcasts_grouped_kv", "caps_scores_in_fused_attention", "score_bits", "dequantizes_kv_cache",
                      "nonflash_scores_on_chip", "unfused_elementwise", "reference_decoder")
 # How the engine budgets memory and schedules its steps: its own defaults whatever the backend, so a variant
 # takes its engine's.

@@ -225,8 +225,7 @@ def parameters_on_bound(v: Validation) -> list[tuple[str, str, float, float]]:
             continue
         for key, p in fit_record(v.problem, name)["parameters"].items():
             if p["on_bound"]:
-                bound = p["upper"] if abs(np.log(p["value"] / p["upper"])) < abs(np.log(p["value"] / p["lower"])) \
-                    else p["lower"]
+                bound = min(p["lower"], p["upper"], key=lambda b: abs(np.log(p["value"] / b)))
                 out.append((name, key, p["value"], bound))
     return out
 
