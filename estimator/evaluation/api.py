@@ -390,9 +390,8 @@ def speculative_speedup_grid(model: str | ModelSpec, gpu: str | Hardware, alphas
     one = estimate(model, gpu, draft_tokens=gammas[0], acceptance=alphas[0], **options)
     cases = [_serving(**{**one.serving.model_dump(), "draft_tokens": g, "acceptance": a})
              for g in gammas for a in alphas]
+    calibrations = None if one.calibration is None else {one.hardware.name: one.calibration}
     table = sweep([one.model], [one.hardware], [one.weight_format], [one.kv_format], [one.batch],
                   [one.prompt_tokens], [one.output_tokens], [one.layout], serving=cases, engine=one.engine_profile,
-                  detail=True,
-                  calibrations=None if one.calibration is None else {one.hardware.name: one.calibration},
-                  db=options.get("db"))
+                  detail=True, calibrations=calibrations, db=options.get("db"))
     return table.columns["speculative_speedup"].reshape(len(gammas), len(alphas))
