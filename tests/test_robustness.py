@@ -67,6 +67,19 @@ def test_a_name_no_file_system_takes_is_an_unknown_name():
         resolve_model("h100\x00", load_database())
 
 
+@pytest.mark.parametrize("engine", ["vllm@nonsense", "llama.cpp@b6918", "llama.cpp@"])
+def test_an_engine_suffix_that_is_neither_a_backend_nor_a_release_is_refused(engine):
+    """vLLM@nonsense used to run as vLLM under that name; a build tag is not a release number either."""
+    err = refused("estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--engine", engine)
+    assert "cuda, rocm, metal, vulkan, sycl, cpu" in err and "release number" in err
+
+
+def test_an_engine_on_a_named_backend_or_release_still_runs():
+    for engine in ("llama.cpp@Vulkan", "vLLM@rocm", "vLLM@0.7.3"):
+        code, out, _ = run("estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--engine", engine, "--json")
+        assert code == 0 and strict_json(out)
+
+
 @pytest.mark.parametrize("content", [bytes(range(256)) * 4, "name: caf\xe9\n".encode("latin-1")])
 def test_binary_or_non_utf8_files_are_refused(tmp_path, content):
     bad = tmp_path / "bad.yaml"

@@ -190,6 +190,7 @@ class EngineProfile(Frozen):
 
 
 BACKEND_MARK = "@"   # llama.cpp@vulkan: an engine on a named backend; vLLM@0.7.3: as that release ran
+BACKENDS = ("cuda", "rocm", "metal", "vulkan", "sycl", "cpu")   # the backends a profile's variants may name
 
 
 INTERVALS_FILE = "_intervals.yaml"   # written by `roofline validate --published --write`
@@ -228,9 +229,14 @@ def engine(name: str) -> EngineProfile:
     key = normalize(base)
     for profile in load_engines():
         if key in {normalize(profile.name), *map(normalize, profile.aliases)}:
-            return profile.as_released(backend) if release_of(backend) else profile.on_backend(backend)
+            if release_of(backend):
+                return profile.as_released(backend)
+            if BACKEND_MARK in name and backend not in BACKENDS:
+                raise UnknownNameError(f"unknown backend {backend!r} in engine {name!r}. After {BACKEND_MARK} give a "
+                                       f"backend ({', '.join(BACKENDS)}) or a release number (vLLM@0.7.3).")
+            return profile.on_backend(backend)
     raise UnknownNameError(f"unknown engine {name!r}. Known: {', '.join(p.name for p in load_engines())}; "
-                           f"add {BACKEND_MARK}BACKEND (cuda, rocm, metal, vulkan, sycl, cpu) to pick a backend.")
+                           f"add {BACKEND_MARK}BACKEND ({', '.join(BACKENDS)}) to pick a backend.")
 
 
 def engine_for_framework(framework: str) -> EngineProfile:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
+from estimator.efficiency.engine_profiles import BACKENDS
 from estimator.errors import DatabaseError
 from estimator.validation.metrics import METRICS
 
@@ -19,7 +20,6 @@ COLUMNS = ("id", "source", "url", "framework", "engine", "engine_version", "back
            "tp", "model", "params_b", "active_params_b", "weight_format", "kv_format", "batch", "concurrency",
            "request_rate", "input_len", "output_len", "context_depth", "attention", "gpu_layers", "cpu_moe", "n_ubatch",
            "metric", "statistic", "value", "unit", "notes")
-BACKENDS = ("", "cuda", "rocm", "metal", "vulkan", "sycl", "cpu")
 STATISTICS = ("", "mean", "median", "p90", "p99")
 DATE = re.compile(r"^(|\d{4}-\d{2}(-\d{2})?)$")
 REPOSITORY_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)*/?")
@@ -95,7 +95,7 @@ def _row_problem(row: dict, seen: set) -> str | None:
         return f"unknown metric {row.get('metric')!r}"
     if not row.get("source"):
         return "no source id"
-    for key, allowed in (("backend", BACKENDS), ("statistic", STATISTICS)):
+    for key, allowed in (("backend", ("", *BACKENDS)), ("statistic", STATISTICS)):
         if row.get(key, "") not in allowed:
             return f"{key} {row.get(key)!r} is not one of {', '.join(a for a in allowed if a)}"
     if not DATE.match(row.get("date", "")):
