@@ -362,6 +362,19 @@ def test_predict_gives_each_bad_row_a_status_and_runs_the_rest(tmp_path):
     assert rows["moe"]["status"] == "invalid" and "99" in rows["moe"]["reason"]     # more MoE layers than it has
 
 
+def test_a_predict_row_naming_an_unknown_engine_is_refused_and_the_rest_run():
+    """A misspelt engine cell ran as the generic engine, with no word in the output; an empty one or ``other``
+    still takes the engine its framework text names."""
+    from estimator.validation.predict import predict_rows
+    row = {"id": "x", "hardware": "h100", "n_gpus": "1", "model": "llama-3.1-8b", "weight_format": "bf16",
+           "batch": "1", "input_len": "512", "output_len": "128", "metric": "decode_tps_per_seq"}
+    out = predict_rows([{**row, "engine": "vllmm"}, {**row, "engine": "vllm@nonsense"}, {**row, "engine": "vLLM"},
+                        {**row, "engine": "other", "framework": "vLLM 0.8.5"}, {**row, "engine": ""}])
+    assert [o["status"] for o in out] == ["unknown_engine", "unknown_engine", "ok", "ok", "ok"]
+    assert "'vllmm'" in out[0]["reason"] and "'nonsense'" in out[1]["reason"]
+    assert [o["engine"] for o in out[2:]] == ["vLLM", "vLLM", "generic"]
+
+
 def test_a_row_without_the_lengths_its_metric_needs_is_refused_naming_the_column():
     """An MLPerf summary states neither lengths: an empty cell was read as a 1-token prompt and output, and
     predicted 8xMI325X Mixtral 4-6x too slow. A throughput needs both lengths, a prompt's speed its own; a decode

@@ -232,7 +232,7 @@ def engine(name: str) -> EngineProfile:
             if release_of(backend):
                 return profile.as_released(backend)
             if BACKEND_MARK in name and backend not in BACKENDS:
-                raise UnknownNameError(f"unknown backend {backend!r} in engine {name!r}. After {BACKEND_MARK} give a "
+                raise UnknownNameError(f"unknown engine backend {backend!r} in {name!r}: after {BACKEND_MARK} give a "
                                        f"backend ({', '.join(BACKENDS)}) or a release number (vLLM@0.7.3).")
             return profile.on_backend(backend)
     raise UnknownNameError(f"unknown engine {name!r}. Known: {', '.join(p.name for p in load_engines())}; "

@@ -189,23 +189,19 @@ def serving_from_row(row: dict) -> ServingOptions:
 
 
 def engine_of_row(row: dict, hardware) -> EngineProfile:
-    """The row's ``engine`` column when it names a profile, else the profile its ``framework`` text names,
-    on the row's ``backend`` (or the device's usual one): llama.cpp on ROCm is ``llama.cpp@rocm``."""
+    """The profile the row's ``engine`` column names (an unknown name is the row's error, not the generic
+    engine), else, when it is empty or ``other``, the one its ``framework`` text names; on the row's
+    ``backend`` (or the device's usual one): llama.cpp on ROCm is ``llama.cpp@rocm``."""
     name = _cell(row, "engine")
-    profile = None
-    if name and name.lower() != "other":
-        try:
-            profile = engine(name)
-        except UnknownNameError:
-            pass
-    profile = profile or engine_for_framework(_cell(row, "framework"))
+    named = name and name.lower() != "other"
+    profile = engine(name) if named else engine_for_framework(_cell(row, "framework"))
     backend = _cell(row, "backend") or default_backend(hardware.vendor, hardware.device_class.value)
     return profile.on_backend(backend)
 
 
 def _status(exc: RooflineError) -> str:
     text = str(exc)
-    for kind in ("model", "gpu", "weight format", "KV-cache format"):
+    for kind in ("model", "gpu", "weight format", "KV-cache format", "engine"):
         if text.startswith(f"unknown {kind}"):
             return "unknown_" + kind.split()[0].lower().replace("-cache", "").replace("gpu", "hardware")
     return "not_modelled" if "not modelled" in text else "invalid"
