@@ -375,6 +375,17 @@ def test_a_predict_row_naming_an_unknown_engine_is_refused_and_the_rest_run():
     assert [o["engine"] for o in out[2:]] == ["vLLM", "vLLM", "generic"]
 
 
+def test_the_dataset_refuses_an_engine_cell_that_names_no_profile():
+    """What predict refuses as a row, the shipped dataset refuses as a database error naming the row: the schema
+    once listed ExLlamaV3, which has no profile."""
+    from estimator.validation.dataset import _row_problem
+    row = {"id": "x", "url": "https://example.org/a", "metric": "ttft_ms", "source": "s", "date": "",
+           "engine": "ExLlamaV3"}
+    assert "'ExLlamaV3' names no profile" in _row_problem(row, set())
+    for name in ("", "other", "vLLM", "llama.cpp@rocm", "trtllm"):
+        assert _row_problem({**row, "engine": name}, set()) is None, name
+
+
 def test_a_row_without_the_lengths_its_metric_needs_is_refused_naming_the_column():
     """An MLPerf summary states neither lengths: an empty cell was read as a 1-token prompt and output, and
     predicted 8xMI325X Mixtral 4-6x too slow. A throughput needs both lengths, a prompt's speed its own; a decode

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from estimator.efficiency.engine_profiles import BACKENDS
-from estimator.errors import DatabaseError
+from estimator.efficiency.engine_profiles import BACKENDS, engine
+from estimator.errors import DatabaseError, UnknownNameError
 from estimator.validation.metrics import METRICS
 
 COLUMNS = ("id", "source", "url", "framework", "engine", "engine_version", "backend", "date", "hardware", "n_gpus",
@@ -100,4 +100,16 @@ def _row_problem(row: dict, seen: set) -> str | None:
             return f"{key} {row.get(key)!r} is not one of {', '.join(a for a in allowed if a)}"
     if not DATE.match(row.get("date", "")):
         return f"date {row.get('date')!r} is not YYYY-MM or YYYY-MM-DD"
+    return _engine_problem(row.get("engine") or "")
+
+
+def _engine_problem(name: str) -> str | None:
+    """An ``engine`` cell names a profile (``predict`` refuses a row whose cell does not), or is empty or
+    ``other`` (the ``framework`` text then picks the profile)."""
+    if not name or name.lower() == "other":
+        return None
+    try:
+        engine(name)
+    except UnknownNameError:
+        return f"engine {name!r} names no profile in engines_db/ (empty or 'other': the framework text picks one)"
     return None
