@@ -516,6 +516,27 @@ def test_a_batch_one_moe_decode_on_llama_cpp_pays_no_expert_tile(validation):
     assert np.all(np.abs(ratio - 1) < 0.15), ratio
 
 
+def test_a_kv_read_product_above_the_typical_devices_default_survives_the_round_trip():
+    """The engine's KV factor was capped at 1, so a fitted product could not pass the datacenter default's 0.90
+    although the box allows 0.95: TensorRT-LLM's sat at 0.9001, reported off its bound."""
+    from estimator.validation.fitting import KV_BANDWIDTH, PRIOR, UPPER, parameters_from, theta_of
+    theta = PRIOR.copy()
+    theta[KV_BANDWIDTH] = 0.94
+    assert UPPER[KV_BANDWIDTH] == 0.95
+    assert math.isclose(theta_of(parameters_from(theta))[KV_BANDWIDTH], 0.94)
+
+
+def test_a_problem_subset_by_indices_takes_a_row_given_twice_twice(problem):
+    """The source bootstrap (benchmarks/source_bootstrap.py) draws a source twice: its rows must count twice."""
+    idx = np.array([3, 0, 3])
+    sub = problem.subset(idx)
+    assert list(sub.measured) == [problem.measured[3], problem.measured[0], problem.measured[3]]
+    assert sub.resolved.configs[0] is sub.resolved.configs[2] is problem.resolved.configs[3]
+    mask = np.zeros(len(problem.measured), dtype=bool)
+    mask[[0, 3]] = True
+    assert list(problem.subset(mask).measured) == [problem.measured[0], problem.measured[3]]
+
+
 def test_a_backend_variant_keeps_its_engines_kv_product(problem):
     """llama.cpp on Vulkan has too few long-context rows to tell its attention reads from its compute: it keeps the
     KV product llama.cpp's fit on the same rows gives, and the record says so instead of calling it fitted."""

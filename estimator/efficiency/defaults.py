@@ -48,7 +48,9 @@ class EngineDefaults(Frozen):
     """A generic serving engine: kernel efficiencies and fixed per-step costs."""
 
     bandwidth_eff: dict[str, float] = Field(description="by kernel family (formats.WeightFormat.dequant)")
-    kv_bandwidth_eff: float = Field(gt=0, le=1, description="decode attention reading the KV cache")
+    kv_bandwidth_eff: float = Field(gt=0, le=2, description="decode attention reading the KV cache: a factor on "
+                                                            "the device's default bandwidth efficiency, which a fit "
+                                                            "keeps under 0.95 of datasheet as a product")
     compute_eff: float = Field(gt=0, le=2, description="share of the database's dense peak prefill reaches")
     bandwidth_scale_by_group: dict[str, float] = Field(
         default_factory=dict, description="factor on the 16/8-bit (native) bandwidth efficiency by device group "

@@ -137,7 +137,7 @@ def parameters_from(theta, **properties) -> EngineDefaults:
         bandwidth_eff={"native": native, "weight_only": dequant, "gguf": dequant, "fp4": dequant},
         bandwidth_scale_by_group={g: bandwidth[g] / native for g in GROUPS if g != "datacenter"},
         dequant_scale_by_group={g: dequantizing[g] / dequant for g in GROUPS if g != "datacenter"},
-        kv_bandwidth_eff=min(1.0, values["kv_bandwidth_datacenter"] / TYPICAL_DEVICE["datacenter"].bandwidth_eff),
+        kv_bandwidth_eff=values["kv_bandwidth_datacenter"] / TYPICAL_DEVICE["datacenter"].bandwidth_eff,
         compute_eff=compute["datacenter"],
         compute_eff_by_group=compute, per_step_s=values["per_step_s"], per_layer_s=values["per_layer_s"],
         per_sequence_s=values["per_sequence_s"], expert_tile_tokens=values["expert_tile_tokens"],
@@ -189,8 +189,11 @@ class Problem:
                          for m, c, sat, s, at_once in zip(r.metrics, r.configs, r.saturate, r.serving,
                                                           r.requests_at_once)], dtype=bool)
 
-    def subset(self, mask: np.ndarray) -> "Problem":
-        idx = np.flatnonzero(mask)
+    def subset(self, rows: np.ndarray) -> "Problem":
+        """The rows a boolean mask selects, or those an index array names (an index given twice takes its row
+        twice, as a bootstrap over sources draws a source twice: benchmarks/source_bootstrap.py)."""
+        rows = np.asarray(rows)
+        idx = np.flatnonzero(rows) if rows.dtype == bool else rows
         r = self.resolved
         pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
         return Problem(Resolved(**{f.name: pick(getattr(r, f.name)) for f in fields(Resolved) if f.name != "cache"}),
