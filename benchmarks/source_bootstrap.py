@@ -5,13 +5,13 @@
 
 The fit record's standard errors (estimator/validation/fitting.py, ``fit_record``) come from the Jacobian at
 the optimum and treat rows as independent; the rows of one source share its machine, build and method, so
-the unit to resample is the source (docs/formulas.md §13). Each replicate draws as many sources as the
-dataset has, with replacement, refits every engine on the rows of the sources drawn (a source drawn twice
-counts twice) and keeps each parameter's product as the fit record states it. Reported per engine and
+the unit to resample is the source (docs/formulas.md §9, "A bootstrap over sources"). Each replicate draws as
+many sources as the dataset has, with replacement, refits every engine on the rows of the sources drawn (a
+source drawn twice counts twice) and keeps each parameter's product as the fit record states it. Reported per engine and
 parameter the data identify: the fit on all rows, the replicates' median and 10th to 90th percentiles, and
 the share of replicates in which it ended on a bound (``at_bound``). A replicate that draws none of an
 engine's sources does not refit it, and one whose rows do not move a parameter leaves it at its prior: neither
-counts as an estimate of it. About 9 s a replicate on 2 cores.
+counts as an estimate of it. About 8 s a replicate on 2 cores.
 """
 
 from __future__ import annotations
