@@ -33,14 +33,18 @@ def records(problem) -> dict[str, dict]:
     return {name: fit_record(problem, name)["parameters"] for name in fit_all(problem)}
 
 
-def replicate(problem, rng) -> dict[str, dict]:
-    """The fit records of one resampling of the sources."""
+def rows_by_source(problem) -> list[list[int]]:
+    """Each source's row indices, in the order of the sources' names."""
     by_source = defaultdict(list)
     for i, source in enumerate(problem.sources):
         by_source[str(source)].append(i)
-    names = sorted(by_source)
-    drawn = rng.choice(len(names), size=len(names), replace=True)
-    return records(problem.subset(np.concatenate([by_source[names[k]] for k in drawn])))
+    return [by_source[name] for name in sorted(by_source)]
+
+
+def replicate(problem, sources: list[list[int]], rng) -> dict[str, dict]:
+    """The fit records of one resampling of the sources (``rows_by_source``)."""
+    drawn = rng.choice(len(sources), size=len(sources), replace=True)
+    return records(problem.subset(np.concatenate([sources[k] for k in drawn])))
 
 
 def summary(full: dict, replicates: list[dict]) -> list[dict]:
@@ -72,9 +76,10 @@ def main() -> None:
     problem = build_problem(load_dataset(), load_database())
     full = records(problem)
     rng = np.random.default_rng(args.seed)
+    sources = rows_by_source(problem)
     replicates = []
     for k in range(args.replicates):
-        replicates.append(replicate(problem, rng))
+        replicates.append(replicate(problem, sources, rng))
         print(f"replicate {k + 1} of {args.replicates}", end="\r", flush=True)
     rows = summary(full, replicates)
     print(table([(r["engine"], r["parameter"], f"{r['all_rows']:.4g}", f"{r['median']:.4g}",
@@ -82,7 +87,7 @@ def main() -> None:
                  for r in rows], header=["engine", "parameter", "all rows", "median", "10th-90th", "on a bound"]))
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"replicates": args.replicates, "seed": args.seed, "sources": len(set(problem.sources)),
+            json.dump({"replicates": args.replicates, "seed": args.seed, "sources": len(sources),
                        "parameters": rows}, out, indent=1)
 
 

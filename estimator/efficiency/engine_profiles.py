@@ -239,8 +239,12 @@ def engine(name: str) -> EngineProfile:
                            f"add {BACKEND_MARK}BACKEND ({', '.join(BACKENDS)}) to pick a backend.")
 
 
-def engine_for_framework(framework: str) -> EngineProfile:
-    """The engine a measurement's free-text ``framework`` names; the generic profile when none matches."""
+def engine_of_measurement(engine_cell: str, framework: str) -> EngineProfile:
+    """The engine a measurement names: its ``engine`` cell (as :func:`engine` takes it, so a name no profile has
+    raises UnknownNameError), or, when that is empty or ``other``, the profile its free-text ``framework`` names
+    (the generic one when none matches)."""
+    if engine_cell and engine_cell.lower() != "other":
+        return engine(engine_cell)
     text = (framework or "").lower()
     for profile in load_engines():
         if any(token.lower() in text for token in profile.match):

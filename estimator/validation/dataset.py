@@ -10,9 +10,10 @@ import csv
 import io
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 
-from estimator.efficiency.engine_profiles import BACKENDS, engine
+from estimator.efficiency.engine_profiles import BACKENDS, engine_of_measurement
 from estimator.errors import DatabaseError, UnknownNameError
 from estimator.validation.metrics import METRICS
 
@@ -103,13 +104,12 @@ def _row_problem(row: dict, seen: set) -> str | None:
     return _engine_problem(row.get("engine") or "")
 
 
+@lru_cache(maxsize=None)
 def _engine_problem(name: str) -> str | None:
     """An ``engine`` cell names a profile (``predict`` refuses a row whose cell does not), or is empty or
-    ``other`` (the ``framework`` text then picks the profile)."""
-    if not name or name.lower() == "other":
-        return None
+    ``other`` (the ``framework`` text then picks the profile); once per distinct cell, not per row."""
     try:
-        engine(name)
+        engine_of_measurement(name, "")
     except UnknownNameError:
         return f"engine {name!r} names no profile in engines_db/ (empty or 'other': the framework text picks one)"
     return None

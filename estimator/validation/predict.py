@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from estimator.efficiency.calibration_profile import calibration_note
 from estimator.efficiency.defaults import PHYSICAL_LIMIT, EngineDefaults
-from estimator.efficiency.engine_profiles import EngineProfile, engine, engine_for_framework
+from estimator.efficiency.engine_profiles import EngineProfile, engine, engine_of_measurement
 from estimator.errors import (
     ConfigurationError,
     DatabaseError,
@@ -192,9 +192,7 @@ def engine_of_row(row: dict, hardware) -> EngineProfile:
     """The profile the row's ``engine`` column names (an unknown name is the row's error, not the generic
     engine), else, when it is empty or ``other``, the one its ``framework`` text names; on the row's
     ``backend`` (or the device's usual one): llama.cpp on ROCm is ``llama.cpp@rocm``."""
-    name = _cell(row, "engine")
-    named = name and name.lower() != "other"
-    profile = engine(name) if named else engine_for_framework(_cell(row, "framework"))
+    profile = engine_of_measurement(_cell(row, "engine"), _cell(row, "framework"))
     backend = _cell(row, "backend") or default_backend(hardware.vendor, hardware.device_class.value)
     return profile.on_backend(backend)
 
