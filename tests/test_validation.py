@@ -155,8 +155,8 @@ def test_rows_that_ran_are_never_dropped(dataset, problem, validation):
 def test_rows_measured_beyond_their_physical_limit_are_listed(validation):
     """No run beats 100% of datasheet with no overheads on the estimate's own reading of it, so a row that does is
     listed (and still judged). llama-batched-bench's gpt-oss-120b at 32 sequences on a DGX Spark is one: its
-    identical sequences route alike, while uniform routing reads 81.5 of 128 experts a layer, 38.7 GB, at least
-    142 ms a step at 273 GB/s, and it measured 102 ms (docs/formulas.md §9)."""
+    random-token sequences touch fewer experts than uniform routing, which reads 81.7 of 128 a layer, 38.7 GB, at
+    least 142 ms a step at 273 GB/s, and it measured 102 ms (docs/formulas.md §9)."""
     from dataclasses import replace
     beyond = beyond_physical_limit(validation)
     ids = [r["id"] for r in beyond["rows"]]

@@ -175,7 +175,8 @@ def beyond_physical_limit(v: Validation) -> dict:
     """Rows measured faster than their physical limit: 100% of datasheet bandwidth and peak and no overheads, on
     the estimate's own reading of the configuration (its bytes, FLOPs, expert routing and layout). No run can
     beat that, so each such row is a wrong datum or a run that breaks one of those readings, as
-    llama-batched-bench's identical sequences route alike (docs/formulas.md §9); counted, never dropped."""
+    llama-batched-bench's random-token batches touch fewer experts than uniform routing (docs/formulas.md §9);
+    counted, never dropped."""
     speed_over_limit = v.speed_over_limit
     beyond = np.isfinite(speed_over_limit) & (speed_over_limit > 1)
     phases = v.labels()["phase"]
