@@ -267,21 +267,23 @@ def test_a_release_that_prefills_alone_runs_its_closed_loops_in_lockstep():
 
 
 def test_an_engine_release_selects_only_its_scheduling():
-    """vLLM before 0.8.0 (V0) prefills whole prompts in steps of their own; 0.8.0 and later, an unstated release
-    and a container tag without a release number keep the profile's (V1) scheduling."""
+    """vLLM before 0.8.0 (V0) prefills whole prompts in steps of their own, each launched from Python (its CUDA graphs
+    are for decode steps); 0.8.0 and later, an unstated release and a container tag without a release number keep
+    the profile's (V1) scheduling."""
     from estimator.efficiency.engine_profiles import engine, release_of
     vllm = engine("vLLM")
     assert release_of("0.7.3.dev138+g21f6ca217") == (0, 7, 3) and release_of("NGC 25.09") is None
     assert dict(vllm.scheduling_at("0.7.4.dev181+gf35f8e22")) == {"prefill_runs_alone": True,
-                                                                  "prefill_chunk_tokens": None}
+                                                                  "prefill_chunk_tokens": None,
+                                                                  "graphed_prefill_tokens": 0}
     assert engine("vLLM@rocm").scheduling_at("v0.6.6") == vllm.scheduling_at("0.7.3")
     for current in ("0.8.0", "0.11.0", "", "NGC 25.09"):
         assert vllm.scheduling_at(current) == ()
     assert not vllm.parameters.prefill_runs_alone and vllm.parameters.prefill_chunk_tokens == 8192
     released = engine("vllm@0.7.3")                       # --engine vLLM@0.7.3: the efficiencies stay the profile's
     assert released.name == "vLLM@0.7.3" and released.parameters.prefill_runs_alone
-    assert released.parameters.model_copy(update={"prefill_runs_alone": False, "prefill_chunk_tokens": 8192}) \
-        == vllm.parameters
+    assert released.parameters.model_copy(update={"prefill_runs_alone": False, "prefill_chunk_tokens": 8192,
+                                                  "graphed_prefill_tokens": 512}) == vllm.parameters
 
 
 def test_an_estimate_of_a_v0_release_under_a_closed_loop_is_in_lockstep(db):

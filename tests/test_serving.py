@@ -30,6 +30,21 @@ def test_steady_state_on_a_hand_worked_toy():
     assert float(state["ttft_s"]) == pytest.approx(expected_ttft, rel=1e-6)
 
 
+def test_prompts_that_queue_share_the_launch_of_a_prefill():
+    """The toy above with a 20 ms prefill that launching from Python stretches to 80 ms: a prompt's own first token
+    waits for the whole 80 ms, but the queue and the decode steps it stalls are charged the 20 ms on the devices,
+    since waiting prompts are prefilled together (an engine that launched each alone would saturate at 10/s)."""
+    itl = lambda n: 0.010 + 0.0001 * n  # noqa: E731
+    plain = steady_state(itl, np.array(0.020), np.array(1000.0), 101, 0.0, 10.0, np.array(1e6))
+    launched = steady_state(itl, np.array(0.080), np.array(1000.0), 101, 0.0, 10.0, np.array(1e6),
+                            launch_excess_s=np.array(0.060))
+    assert float(launched["ttft_s"]) == pytest.approx(float(plain["ttft_s"]) + 0.060, rel=1e-6)
+    assert float(launched["itl_s"]) == pytest.approx(float(plain["itl_s"]), rel=1e-9)
+    assert not launched["saturated"]
+    alone = steady_state(itl, np.array(0.080), np.array(1000.0), 101, 0.0, 12.5, np.array(1e6))
+    assert alone["saturated"]
+
+
 def test_littles_law_closed_loop(db):
     e = estimate("llama-3.1-8b", "h100", concurrency=48, **COMMON)
     assert e.request_rate * e.e2e_latency_s == pytest.approx(48, rel=0.02)

@@ -168,6 +168,17 @@ class EngineDefaults(Frozen):
                                    "prefill steps (vLLM V1, TensorRT-LLM's in-flight batching, llama.cpp's "
                                    "server). It shapes an all-at-once run (docs/formulas.md §14); a property of "
                                    "the engine's scheduler, never fitted")
+    graphed_prefill_tokens: int | None = Field(
+        default=None, ge=0, description="the most tokens a step that prefills replays from captured CUDA graphs "
+                                        "(vLLM V1: 512, its piecewise graphs; SGLang and vLLM's V0 engine: 0, "
+                                        "graphs for decode steps only); a larger such step launches each kernel "
+                                        "from Python, whose host time (eager_prefill_layer_s) runs beside the "
+                                        "device's work. None: no prefill is launched so (a built TensorRT engine, "
+                                        "a C++ runtime). A property of the engine's defaults, never fitted")
+    eager_prefill_layer_s: dict[Literal["dense", "moe"], float] = Field(
+        default_factory=dict, description="host seconds a prefill launched from Python spends on each dense and "
+                                          "each MoE layer (graphed_prefill_tokens), measured with the engine's "
+                                          "graphs off and on (docs/formulas.md §14); never fitted")
     kv_free_fraction: float = Field(
         default=1.0, gt=0, le=1, description="the share of the memory left beside weights and workspace that the "
                                              "KV cache takes (TensorRT-LLM's free_gpu_memory_fraction); a property "

@@ -83,7 +83,8 @@ class Release(Frozen):
     fitted efficiencies stay one set across releases (docs/formulas.md §12.10)."""
 
     before: str = Field(pattern=r"^\d+(\.\d+)*$", description="the first release that no longer behaves so")
-    scheduling: dict[Literal["prefill_runs_alone", "prefill_chunk_tokens"], bool | int | None] = Field(
+    scheduling: dict[Literal["prefill_runs_alone", "prefill_chunk_tokens", "graphed_prefill_tokens"],
+                     bool | int | None] = Field(
         description="EngineDefaults values those releases ran with")
     source: str
 

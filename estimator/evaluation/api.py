@@ -260,7 +260,8 @@ class Estimate(Configuration):
         speed_keys = {"ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total",
                       "e2e_latency_s", "tpot_inclusive_s", "throughput_out_tps", "throughput_out_tps_per_gpu",
                       "ttft_prefill_s", "request_rate", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s",
-                      "itl_p90_s", "itl_p99_s", "e2e_p99_s", "itl_end_s", "kv_tier_load_s", "backlog_wait_s"}
+                      "itl_p90_s", "itl_p99_s", "e2e_p99_s", "itl_end_s", "kv_tier_load_s", "backlog_wait_s",
+                      "prefill_launch_excess_s"}
         speed_keys |= {f"{k}_{end}" for k in speed_keys for end in ("low", "high")}
         results = {k: (None if (k in speed_keys and not self.runnable) or _not_finite(v) else v)
                    for k, v in self.results.items()}

@@ -66,7 +66,9 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     full = at(slots * dp)
     prompt_tokens = np.asarray(T, dtype=float) - requests["cached_tokens"]
     mixed = None if engine.prefill_runs_alone else _mixed_steps(one, full, prompt_tokens, slots, engine)
-    capacity = max_sustainable_rate(full["itl_s"], requests["prefill_s"], O, slots) if mixed is None else \
+    # prompts that queue are prefilled together and share the launch of the pass (steady_state)
+    capacity = max_sustainable_rate(full["itl_s"], requests["prefill_s"] - requests["launch_excess_s"], O, slots) \
+        if mixed is None else \
         mixed.capacity(full["itl_s"], prompt_tokens, O)                                          # per replica
     # a finite benchmark (num_requests) offered more than that runs at capacity while its backlog grows
     rate = serving["rate"] / dp
@@ -76,7 +78,8 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
                                  slots, p) for q, p in (("mean", None), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}
     state = steady_state(lambda n: at(n * dp, itl_only=True)["itl_s"], requests["prefill_s"], prompt_tokens, O,
                          serving["concurrency"] / dp, served, max_batch, serving["chunk_tokens"],
-                         prefill_scv=requests["scv"], max_num_seqs=serving["max_num_seqs"], mixed=mixed)
+                         prefill_scv=requests["scv"], max_num_seqs=serving["max_num_seqs"], mixed=mixed,
+                         launch_excess_s=requests["launch_excess_s"])
     steady = state["steady_batch"] * dp
     # a saturated engine runs full while its queue grows: report it at the largest batch that fits
     batch = np.where(state["saturated"], np.maximum(np.minimum(steady, np.floor(max_batch) * dp), dp), steady)
@@ -216,6 +219,7 @@ def _requests(one: dict) -> dict:
     """Every request alike: one prompt's prefill, no spread."""
     zero = 0.0 * one["ttft_s"]
     return {"prefill_s": one["ttft_s"], "scv": zero, "cached_tokens": one["cached_tokens"],
+            "launch_excess_s": one["prefill_launch_excess_s"],
             "prefill_p50_shift_s": zero, "prefill_p90_shift_s": zero, "prefill_p99_shift_s": zero,
             "output_p99_extra": zero}
 
@@ -230,4 +234,5 @@ def _requests_of_mix(at, dp, T_run, mix: LengthMix) -> dict:
     prompts = np.asarray(T_run, dtype=float)[..., None] * 0 + mix.prompt_tokens
     outputs = np.asarray(T_run, dtype=float)[..., None] * 0 + mix.output_tokens
     each = at(np.asarray(dp)[..., None], prompts, outputs, expand)
-    return {**request_spread(each["ttft_s"], mix.output_tokens), "cached_tokens": each["cached_tokens"].mean(axis=-1)}
+    return {**request_spread(each["ttft_s"], mix.output_tokens), "cached_tokens": each["cached_tokens"].mean(axis=-1),
+            "launch_excess_s": each["prefill_launch_excess_s"].mean(axis=-1)}

@@ -49,3 +49,20 @@ def pass_host_time(layer_s, expert_s, m: dict, tokens, pp, ep, cpu_layers, skew,
         touched = distinct_experts(m["experts"], m["experts_per_token"], tokens, skew)
         experts = np.maximum(m["moe_layers"] - cpu_layers, 0.0) / pp * touched / np.maximum(ep, 1) * expert_s
     return np.where(overlapped, layers, 0.0), np.where(overlapped, 0.0, layers) + experts
+
+
+def eager_prefill_time(engine: EngineDefaults, m: dict, tokens, pp):
+    """Host time of one pipeline-stage prefill pass of ``tokens`` tokens that the engine launches from Python, 0 where
+    it replays the pass from captured CUDA graphs.
+
+    Serving engines capture graphs for decode steps (and vLLM V1 for steps of up to 512 tokens, piecewise), so a
+    prompt pass beyond ``graphed_prefill_tokens`` launches every kernel from Python: L_dense · t_dense + L_moe ·
+    t_moe per stage, host time that runs beside the device's work (the pass lasts the longer of the two). SGLang
+    measured a DeepSeek-V3 prefill of one new token at 82.6 ms launched so and 23.1 ms replayed from graphs
+    (docs/formulas.md §14)."""
+    if engine.graphed_prefill_tokens is None or not engine.eager_prefill_layer_s:
+        return 0.0
+    moe_layers = np.asarray(m["moe_layers"], dtype=float)
+    per_stage = ((np.asarray(m["layers"], dtype=float) - moe_layers) * engine.eager_prefill_layer_s.get("dense", 0.0)
+                 + moe_layers * engine.eager_prefill_layer_s.get("moe", 0.0)) / np.asarray(pp, dtype=float)
+    return np.where(np.asarray(tokens, dtype=float) > engine.graphed_prefill_tokens, per_stage, 0.0)

@@ -65,6 +65,11 @@ def _bound_line(e: Estimate, phase: str) -> str:
         if e.engine_profile.parameters.eager_host:
             why += (" (eager PyTorch: the host launches every op from Python, and the device waits for it; "
                     "docs/formulas.md §13)")
+        elif phase == "prefill" and r["prefill_launch_excess_s"] > 0:
+            graphed = e.engine_profile.parameters.graphed_prefill_tokens
+            replays = "for decode steps only" if graphed == 0 else f"only for steps of up to {graphed} tokens"
+            why += (f"; {seconds(r['prefill_launch_excess_s'])} of it is launching the prompt pass from Python, "
+                    f"as {e.engine_profile.name} replays CUDA graphs {replays} (docs/formulas.md §14)")
     else:
         side = ">" if intensity > ridge else "<"
         why = f"intensity {intensity:,.1f} FLOP/byte {side} ridge point {ridge:,.0f} FLOP/byte"

@@ -56,7 +56,8 @@ def _step_time(itl, X, prefill_s, prompt_tokens, chunk_free, t_mix):
 
 
 def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, concurrency, rate, max_batch,
-                 chunk_tokens=0.0, prefill_scv=0.0, max_num_seqs=np.inf, mixed: MixedSteps | None = None) -> dict:
+                 chunk_tokens=0.0, prefill_scv=0.0, max_num_seqs=np.inf, mixed: MixedSteps | None = None,
+                 launch_excess_s=0.0) -> dict:
     """Steady-state decode batch, latencies and throughput under load.
 
     Parameters
@@ -65,6 +66,10 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
         ITL(N): decode step time at a decode batch of N (array in, array out).
     prefill_s : array
         Time to prefill one prompt alone.
+    launch_excess_s : array
+        What launching that prefill from Python adds to it (``prefill_launch_excess_s``): each prompt's own first
+        token waits for it, but prompts that queue are prefilled together and share it, so the prefill queue and
+        the decode steps it stalls are charged the prefill without it.
     concurrency, rate : array
         Closed-loop concurrency C, or open-loop request rate R (req/s); the other is 0.
     max_batch : array
@@ -94,6 +99,8 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
     steps = np.maximum(np.asarray(output_tokens, dtype=float) - 1, 1.0)
     C = np.asarray(concurrency, dtype=float)
     closed = C > 0
+    own_prefill_s = prefill_s
+    prefill_s = prefill_s - launch_excess_s   # what a prompt holds the prefill for among others
     per_token_s = prefill_s / np.maximum(prompt_tokens, 1)
     slots = np.maximum(np.minimum(max_batch, max_num_seqs), 1)
     in_flight = np.maximum(np.minimum(C, slots), 1)
@@ -119,9 +126,9 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
         queue = X_closed * response
         X = np.where(closed, DAMPING * X + (1 - DAMPING) * X_closed, rate)
         N = DAMPING * N + (1 - DAMPING) * np.where(np.isfinite(t_step), X * steps * t_step, 1e9)
-    service = _service(prefill_s, prompt_tokens, chunk_free, t_mix)
+    service = _service(own_prefill_s, prompt_tokens, chunk_free, t_mix)
     if mixed is not None:   # a prompt's first token comes with the step that carries it
-        service = np.where(mixing, mixed.step_with(itl, prompt_tokens, N), service)
+        service = np.where(mixing, mixed.step_with(itl, prompt_tokens, N) + launch_excess_s, service)
     slot_wait = np.where(closed, np.maximum(C - in_flight, 0.0) / np.maximum(X, 1e-300), 0.0)
     ttft = np.where(closed, slot_wait + response - queue_s + service + finite_step / 2,
                     _ttft(service, queue_s, finite_step, X, prefill_scv))
