@@ -10,7 +10,7 @@ import pytest
 from estimator.cli import main
 from estimator.evaluation.api import estimate
 from estimator.reporting.measured import LIMIT, format_measured, measured_rows
-from estimator.reporting.verify import commands_for, inputs_of, verify_commands
+from estimator.reporting.verify import commands_for, format_verify, inputs_of, verify_commands
 
 LLAMA3 = "meta-llama/Meta-Llama-3-8B"
 RTX4090 = "NVIDIA GeForce RTX 4090"
@@ -92,6 +92,16 @@ def test_llama_cpp_batch_adds_batched_bench():
     batched = _flags(commands[1]["command"])
     assert commands[1]["tool"] == "llama-batched-bench"
     assert (batched["-npp"], batched["-ntg"], batched["-npl"], batched["-c"]) == ("512", "128", "8", str(8 * 640))
+
+
+def test_a_moe_batch_names_the_batched_bench_builds_that_feed_random_tokens():
+    """llama-batched-bench fed every sequence token 0 until August 2025, so a MoE model routed a batch as one
+    sequence (docs/formulas.md §9): the command for a MoE batch says which builds measure it; a dense one's does not."""
+    moe = verify_commands(estimate("qwen3-30b-a3b", "rtx 4090", weight_format="Q4_K_M", engine="llama.cpp",
+                                   batch=8))
+    assert moe[1]["tool"] == "llama-batched-bench" and moe[1]["note"].startswith("use a build from August 2025 on")
+    assert "    (use a build from August 2025 on" in format_verify(moe)
+    assert "note" not in verify_commands(_llama_cpp(batch=8))[1]
 
 
 def test_a_gguf_format_picks_llama_cpp_whatever_the_engine():

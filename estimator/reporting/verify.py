@@ -46,7 +46,8 @@ def inputs_of(e: Estimate) -> dict:
             # a length mix is measured at its mean lengths (whole tokens): the tools take one length
             "prompt_tokens": round(d["prompt_tokens"]), "output_tokens": round(d["output_tokens"]),
             "vendor": e.hardware.vendor, "device_class": e.hardware.device_class.value,
-            "gguf": e.weight_format.dequant == "gguf", "num_layers": e.model.shape.num_layers}
+            "gguf": e.weight_format.dequant == "gguf", "num_layers": e.model.shape.num_layers,
+            "moe": e.model.shape.moe is not None}
 
 
 def tool_for(i: dict) -> str | None:
@@ -75,9 +76,13 @@ def llama_cpp(i: dict) -> list[dict]:
         # llama-bench decodes one sequence; batched-bench decodes -npl of them together. Its -fa flag
         # changed form across builds (a switch, then on/off/auto), so it is left to the build's default.
         context = sequences * (i["prompt_tokens"] + i["output_tokens"])
-        out.append({"tool": "llama-batched-bench", "command":
-                    f"llama-batched-bench -m {model} -c {context} -b {logical_batch}{micro} -npp {i['prompt_tokens']} "
-                    f"-ntg {i['output_tokens']} -npl {sequences} -ngl {ngl}"})
+        batched = {"tool": "llama-batched-bench", "command":
+                   f"llama-batched-bench -m {model} -c {context} -b {logical_batch}{micro} -npp {i['prompt_tokens']} "
+                   f"-ntg {i['output_tokens']} -npl {sequences} -ngl {ngl}"}
+        if i.get("moe"):   # builds before August 2025 fed every sequence token 0: a MoE batch routed as one sequence
+            batched["note"] = ("use a build from August 2025 on: older ones feed every sequence the same tokens, which "
+                               "a MoE model routes to the same experts; docs/formulas.md §9")
+        out.append(batched)
     return out
 
 
@@ -147,6 +152,9 @@ def verify_commands(e: Estimate) -> list[dict]:
 
 def format_verify(commands: list[dict]) -> str:
     lines = ["Verify it yourself (measures the same configuration on this machine)"]
-    lines += [f"  {c['tool']}: {c['command']}" for c in commands]
+    for c in commands:
+        lines.append(f"  {c['tool']}: {c['command']}")
+        if "note" in c:
+            lines.append(f"    ({c['note']})")
     return "\n".join(lines)
 
