@@ -142,8 +142,8 @@ def _pass_rates(s: _Setup, tokens) -> dict:
     return {**s.rates, "weight_bytes_per_s": np.where(curve, measured, s.rates["weight_bytes_per_s"])}
 
 
-def _stage(s: _Setup, flops: dict, bytes_: dict, tokens, launched_s=0.0) -> dict:
-    """One pipeline-stage pass of a micro-batch of ``tokens`` new tokens, offload included; ``launched_s``: host time
+def _stage(s: _Setup, flops: dict, bytes_: dict, tokens, eager_s=0.0) -> dict:
+    """One pipeline-stage pass of a micro-batch of ``tokens`` new tokens, offload included; ``eager_s``: host time
     of launching the pass's kernels from Python, beside the device's work (:func:`eager_prefill_time`)."""
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
         flops, bytes_ = _busiest_rank(s, flops, bytes_, tokens)
@@ -153,7 +153,7 @@ def _stage(s: _Setup, flops: dict, bytes_: dict, tokens, launched_s=0.0) -> dict
     rates = _pass_rates(s, tokens)
     queued_s, overhead_s = pass_host_time(*host_costs(s.engine, s.hw), s.m, tokens, s.pp, s.ep, s.cpu_layers,
                                         s.serving["expert_skew"], overlaps_device(s.engine, s.hw))
-    queued_s = queued_s + launched_s
+    queued_s = queued_s + eager_s
     communication_s = stage_communication_time(s.m, s.hw, tokens, s.tp, s.pp, s.ep, s.engine.allreduce_latency_s,
                                                s.tp_link, s.attention_dp)
     streamed = np.where(s.serving["offload"] == LAYERS, 0.0, 1.0) * streaming_time(
@@ -243,9 +243,10 @@ def _decode(s: _Setup, b, micro, spans, q=1):
     return flops, bytes_, phase
 
 
-def _prefill(s: _Setup, b, micro, T, cached, launched=True):
-    """Ledgers and phase times of prefilling micro-batches of b prompts past ``cached`` tokens; ``launched``: with
-    the host time of an engine that launches the pass from Python (False: the device's time alone)."""
+def _prefill(s: _Setup, b, micro, T, cached):
+    """Ledgers and phase times of prefilling micro-batches of b prompts past ``cached`` tokens. The phase's
+    ``launch_excess_s`` is what launching the passes from Python adds to them (docs/formulas.md §14): prompts
+    prefilled together share it."""
     flops = fl.prefill_flops(s.m, b, T, cached)
     bytes_ = tr.prefill_bytes(s.m, s.f, s.kv_bits, b, T, s.tp, s.scores_on_chip, cached,
                               attention_dp=s.attention_dp, chunk_tokens=s.chunk_tokens, **_engine_passes(s))
@@ -253,9 +254,14 @@ def _prefill(s: _Setup, b, micro, T, cached, launched=True):
     new_tokens = b * (T - cached)
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
         flops, bytes_ = _skewed(s, flops, bytes_, new_tokens)
-    launched_s = eager_prefill_time(s.engine, s.m, new_tokens, s.pp) if launched else 0.0
-    phase = _phase(_stage(s, flops, bytes_, new_tokens, launched_s), micro + s.pp - 1, _host_step_s(s, b, micro),
-                   pipeline_transfer_time(s.m, new_tokens, s.pp, s.engine.allreduce_latency_s, s.pp_link))
+    passes, step_s = micro + s.pp - 1, _host_step_s(s, b, micro)
+    transfer_s = pipeline_transfer_time(s.m, new_tokens, s.pp, s.engine.allreduce_latency_s, s.pp_link)
+    eager_s = eager_prefill_time(s.engine, s.m, new_tokens, s.pp)
+    phase = _phase(_stage(s, flops, bytes_, new_tokens, eager_s), passes, step_s, transfer_s)
+    phase["launch_excess_s"] = 0.0 * phase["time_s"]
+    if np.any(eager_s > 0):   # the same passes on the device alone, from the same ledgers
+        phase["launch_excess_s"] = phase["time_s"] - _phase(_stage(s, flops, bytes_, new_tokens), passes, step_s,
+                                                            transfer_s)["time_s"]
     return flops, bytes_, phase
 
 
@@ -371,10 +377,6 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     free_kv_bytes = np.maximum(memory["memory_available_bytes"] - memory["memory_required_bytes"], 0.0)
     tier_s = _tier_load_s(s, free_kv_bytes, b, micro, cached - prefix, tp * pp)
     ttft_s = prefill["time_s"] + tier_s + draft_prefill_s
-    # what launching the prompt pass from Python adds to it (docs/formulas.md §14): prompts prefilled together share it
-    launch_excess_s = 0.0 * ttft_s
-    if engine.graphed_prefill_tokens is not None and engine.eager_prefill_layer_s:
-        launch_excess_s = prefill["time_s"] - _prefill(s, b, micro, T, cached, launched=False)[2]["time_s"]
 
     out = _speeds(B, T, O, cached, ttft_s, itl_s, steps)
     out["speculative_speedup"] = decode["time_s"] / itl_s
@@ -392,7 +394,7 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
         "mean_decode_context": span_global,
         "cached_tokens": cached + 0 * B,
         "kv_tier_load_s": tier_s + 0 * B,
-        "prefill_launch_excess_s": launch_excess_s + 0 * B,
+        "prefill_launch_excess_s": prefill["launch_excess_s"] + 0 * B,
         # prompt tokens the prefix cache can keep: the device's free KV space and the second tier, if any
         "prefix_cache_tokens": (free_kv_bytes + np.asarray(serving["kv_tier_bytes"], dtype=float) / (tp * pp))
         / (kv_cache_bytes_per_sequence(m, kv_bits, 1.0, kv_tp) / (tp * pp)),

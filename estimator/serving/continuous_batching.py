@@ -99,25 +99,24 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
     steps = np.maximum(np.asarray(output_tokens, dtype=float) - 1, 1.0)
     C = np.asarray(concurrency, dtype=float)
     closed = C > 0
-    own_prefill_s = prefill_s
-    prefill_s = prefill_s - launch_excess_s   # what a prompt holds the prefill for among others
-    per_token_s = prefill_s / np.maximum(prompt_tokens, 1)
+    held_s = prefill_s - launch_excess_s   # what a prompt holds the prefill for among others
+    per_token_s = held_s / np.maximum(prompt_tokens, 1)
     slots = np.maximum(np.minimum(max_batch, max_num_seqs), 1)
     in_flight = np.maximum(np.minimum(C, slots), 1)
     N = np.where(closed, in_flight,
                  np.maximum(rate * steps * itl_at(np.ones_like(steps)), 1.0))
     X, queue = np.where(closed, 0.0, rate), np.zeros_like(N)
     finite_step = np.zeros_like(N)        # the step before the first: no prompts yet to hide the decode under
-    queue_s = prefill_s                   # the time a prompt holds the prefill: its whole prefill …
+    queue_s = held_s                      # the time a prompt holds the prefill: its whole prefill …
     if mixed is not None:                 # … or its tokens' share of the mixed steps
         mixing = np.asarray(chunk_tokens) <= 0
-        queue_s = np.where(mixing, prompt_tokens * mixed.token_s, prefill_s)
+        queue_s = np.where(mixing, prompt_tokens * mixed.token_s, held_s)
     for _ in range(ITERATIONS):
         N = np.clip(N, 1.0, np.where(closed, in_flight, np.inf))
         itl = itl_at(N)
         chunk_free = np.where(chunk_tokens > 0, np.maximum(chunk_tokens - N, 1.0), 0.0)
         t_mix = np.maximum(itl, (N + chunk_free) * per_token_s)
-        t_step = _step_time(itl, X, prefill_s, prompt_tokens, chunk_free, t_mix)
+        t_step = _step_time(itl, X, held_s, prompt_tokens, chunk_free, t_mix)
         if mixed is not None:
             t_step = np.where(chunk_free > 0, t_step, mixed.steady_step_s(itl, X, prompt_tokens, N, finite_step))
         finite_step = np.where(np.isfinite(t_step), t_step, itl)
@@ -126,7 +125,7 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
         queue = X_closed * response
         X = np.where(closed, DAMPING * X + (1 - DAMPING) * X_closed, rate)
         N = DAMPING * N + (1 - DAMPING) * np.where(np.isfinite(t_step), X * steps * t_step, 1e9)
-    service = _service(own_prefill_s, prompt_tokens, chunk_free, t_mix)
+    service = _service(prefill_s, prompt_tokens, chunk_free, t_mix)
     if mixed is not None:   # a prompt's first token comes with the step that carries it
         service = np.where(mixing, mixed.step_with(itl, prompt_tokens, N) + launch_excess_s, service)
     slot_wait = np.where(closed, np.maximum(C - in_flight, 0.0) / np.maximum(X, 1e-300), 0.0)
