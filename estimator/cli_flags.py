@@ -200,7 +200,8 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="generic", type=_name,
                    help="serving engine profile: llama.cpp, vLLM, SGLang, TensorRT-LLM, transformers, MLX, "
                         "ExLlamaV2, gpt-fast, pytorch-eager (the decoder `validate --local` times) or generic "
-                        "(default)")
+                        "(default); NAME@BACKEND (llama.cpp@vulkan), NAME@RELEASE (vLLM@0.7.3) or NAME@RUNTIME "
+                        "(TensorRT-LLM@tensorrt)")
     p.add_argument("--calibration", default="auto", type=_name,
                    help="calibration profile (YAML from `roofline calibrate`); 'auto' (default) uses the newest "
                         "profile of this device in the calibration folder, 'none' the datasheet defaults")

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from estimator import estimate
+from estimator.errors import UnknownNameError
 from estimator.serving.burst import all_at_once, backlog
 from estimator.validation.predict import predict_rows
 from tests.helpers import cli
@@ -284,6 +286,39 @@ def test_an_engine_release_selects_only_its_scheduling():
     assert released.name == "vLLM@0.7.3" and released.parameters.prefill_runs_alone
     assert released.parameters.model_copy(update={"prefill_runs_alone": False, "prefill_chunk_tokens": 8192,
                                                   "graphed_prefill_tokens": 512}) == vllm.parameters
+    assert engine("vllm@v0").parameters == released.parameters and engine("vllm@v1").parameters == vllm.parameters
+
+
+def test_a_stated_runtime_overrides_the_releases_default():
+    """TensorRT-LLM ran built TensorRT engines by default before 1.0 and its PyTorch backend from 1.0 (PR #5312); a
+    run that states its runtime (0.19's perf overview: "PyTorch backend") is predicted on it whatever its release,
+    and a runtime the engine does not have is the row's error, naming the ones it has."""
+    from estimator.efficiency.engine_profiles import engine
+    trt = engine("TensorRT-LLM")
+    assert trt.runtime_of("0.17") == "tensorrt" and trt.runtime_of("1.0.0rc4") == trt.runtime_of("") == "pytorch"
+    assert trt.runtime_of("0.19.0", "PyTorch") == "pytorch" and trt.runtime_of("1.2", "tensorrt") == "tensorrt"
+    assert dict(trt.scheduling_at("0.9.0")) == {"graphed_prefill_tokens": None} and trt.scheduling_at("1.2.0rc1") == ()
+    assert trt.parameters.graphed_prefill_tokens == 0 and engine("trtllm@0.16").parameters.graphed_prefill_tokens is None
+    with pytest.raises(UnknownNameError, match="unknown runtime 'v0' for TensorRT-LLM: known pytorch, tensorrt"):
+        trt.runtime_of("1.0", "v0")
+    with pytest.raises(UnknownNameError, match=r"or a runtime \(pytorch, tensorrt\)"):
+        engine("trtllm@turbo")
+    row = {"id": "r", "hardware": "h200", "n_gpus": "1", "model": "llama-3.1-8b", "weight_format": "fp8",
+           "batch": "1", "input_len": "2048", "output_len": "1", "metric": "ttft_ms", "engine": "TensorRT-LLM",
+           "engine_version": "0.19.0"}
+    built, stated, bad = predict_rows([row, {**row, "runtime": "pytorch"}, {**row, "runtime": "v0"}])
+    assert built["status"] == stated["status"] == "ok" and float(stated["predicted"]) >= float(built["predicted"])
+    assert bad["status"] == "invalid" and "known pytorch, tensorrt" in bad["reason"]
+
+
+def test_a_release_must_name_a_runtime_the_profile_lists():
+    from estimator.efficiency.engine_profiles import EngineProfile, engine
+    doc = engine("TensorRT-LLM").model_dump()
+    doc["releases"][0]["runtime"] = "v0"
+    with pytest.raises(ValidationError, match="releases name runtimes the profile does not list"):
+        EngineProfile.model_validate(doc)
+    with pytest.raises(ValidationError, match="names its own"):
+        EngineProfile.model_validate({**engine("TensorRT-LLM").model_dump(), "runtime": None})
 
 
 def test_an_estimate_of_a_v0_release_under_a_closed_loop_is_in_lockstep(db):

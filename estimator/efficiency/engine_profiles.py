@@ -17,7 +17,7 @@ from importlib import resources
 from typing import Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from estimator.efficiency.defaults import EngineDefaults
 from estimator.errors import DatabaseError, UnknownNameError, load_yaml
@@ -77,15 +77,25 @@ class SchedulerDefaults(Frozen):
         return float("inf") if cap is None else float(cap)
 
 
+SchedulingKey = Literal["prefill_runs_alone", "prefill_chunk_tokens", "graphed_prefill_tokens"]
+
+
+class Runtime(Frozen):
+    """An execution path the engine offers beside the one its profile describes, where it schedules its steps
+    differently (vLLM's V0 engine beside V1; TensorRT-LLM's built TensorRT engines beside its PyTorch backend).
+    Only scheduling properties: the fitted efficiencies stay one set across runtimes (docs/formulas.md §12.10)."""
+
+    scheduling: dict[SchedulingKey, bool | int | None] = Field(
+        description="EngineDefaults values this runtime runs with")
+    source: str
+
+
 class Release(Frozen):
-    """How the engine's releases before ``before`` scheduled their steps, where that differs from the current
-    release the profile describes (vLLM's V0 engine, the default before 0.8.0). Only scheduling properties: the
-    fitted efficiencies stay one set across releases (docs/formulas.md §12.10)."""
+    """The runtime the engine's releases before ``before`` ran by default, where it is not the one the profile
+    describes (vLLM before 0.8.0: its V0 engine)."""
 
     before: str = Field(pattern=r"^\d+(\.\d+)*$", description="the first release that no longer behaves so")
-    scheduling: dict[Literal["prefill_runs_alone", "prefill_chunk_tokens", "graphed_prefill_tokens"],
-                     bool | int | None] = Field(
-        description="EngineDefaults values those releases ran with")
+    runtime: str = Field(description="a key of the profile's runtimes")
     source: str
 
     def covers(self, version: tuple[int, ...]) -> bool:
@@ -122,23 +132,51 @@ class EngineProfile(Frozen):
         default_factory=list, description="model architectures (config.json model_type) whose implementation in "
                                           "this engine gives every layer the whole KV cache: their sliding windows "
                                           "bound neither the cache nor its reads")
+    runtime: str | None = Field(
+        default=None, description="the name of the execution path the parameters describe, where the engine has "
+                                  "others (runtimes)")
+    runtimes: dict[str, Runtime] = Field(
+        default_factory=dict, description="other execution paths, by name, where they schedule differently")
     releases: list[Release] = Field(
-        default_factory=list, description="older releases that scheduled differently, the oldest last")
+        default_factory=list, description="older releases whose default runtime was another, the oldest last")
     fit: FitRecord | None = None
     notes: str | None = None
 
-    def scheduling_at(self, engine_version: str) -> tuple[tuple[str, object], ...]:
-        """The scheduling properties release ``engine_version`` ran with where they differ from the profile's
-        (as sorted pairs, to key groups of rows by); none for the current release or an unstated one."""
+    @model_validator(mode="after")
+    def _runtimes_named(self):
+        unknown = sorted({r.runtime for r in self.releases} - set(self.runtimes))
+        if unknown:
+            raise ValueError(f"releases name runtimes the profile does not list: {unknown}")
+        if self.runtimes and (not self.runtime or self.runtime in self.runtimes):
+            raise ValueError("a profile with other runtimes names its own (runtime), not among them")
+        return self
+
+    def runtime_of(self, engine_version: str = "", runtime: str = "") -> str:
+        """The runtime a run used: ``runtime`` when stated (the profile's own or one of its runtimes, else
+        UnknownNameError), else the default of release ``engine_version`` (the current release's when it is
+        unstated or names no release)."""
+        if runtime:
+            key = runtime.strip().lower()
+            if key != (self.runtime or "").lower() and key not in self.runtimes:
+                known = ", ".join(n for n in (self.runtime, *self.runtimes) if n) or "none"
+                raise UnknownNameError(f"unknown runtime {runtime!r} for {self.name}: known {known}")
+            return key
         version = release_of(engine_version)
         covering = [r for r in self.releases if version is not None and r.covers(version)]
-        return tuple(sorted(min(covering, key=lambda r: _release_key(r.before)).scheduling.items())) if covering \
-            else ()
+        return min(covering, key=lambda r: _release_key(r.before)).runtime if covering else (self.runtime or "")
 
-    def as_released(self, engine_version: str) -> "EngineProfile":
-        """The profile as release ``engine_version`` ran: ``name@version``, its scheduling where it differs."""
-        scheduling = dict(self.scheduling_at(engine_version))
-        return self.model_copy(update={"name": f"{self.name}{BACKEND_MARK}{engine_version}",
+    def scheduling_at(self, engine_version: str = "", runtime: str = "") -> tuple[tuple[str, object], ...]:
+        """The scheduling properties a run used where they differ from the profile's (as sorted pairs, to key
+        groups of rows by): its runtime's (:meth:`runtime_of`); none for the profile's own runtime."""
+        chosen = self.runtimes.get(self.runtime_of(engine_version, runtime))
+        return tuple(sorted(chosen.scheduling.items())) if chosen else ()
+
+    def as_run(self, suffix: str) -> "EngineProfile":
+        """The profile as a release (``vLLM@0.7.3``) or a named runtime (``TensorRT-LLM@tensorrt``) runs:
+        ``name@suffix``, its scheduling where it differs."""
+        by_release = release_of(suffix) is not None
+        scheduling = dict(self.scheduling_at(suffix, "" if by_release else suffix))
+        return self.model_copy(update={"name": f"{self.name}{BACKEND_MARK}{suffix}",
                                        "parameters": self.parameters.model_copy(update=scheduling)})
 
     def runs(self, fmt: WeightFormat) -> WeightFormat:
@@ -190,7 +228,7 @@ class EngineProfile(Frozen):
                                        "fit": variant.fit if variant else None})
 
 
-BACKEND_MARK = "@"   # llama.cpp@vulkan: an engine on a named backend; vLLM@0.7.3: as that release ran
+BACKEND_MARK = "@"   # llama.cpp@vulkan: on a named backend; vLLM@0.7.3: as that release ran; TensorRT-LLM@tensorrt: a runtime
 BACKENDS = ("cuda", "rocm", "metal", "vulkan", "sycl", "cpu")   # the backends a profile's variants may name
 
 
@@ -224,18 +262,21 @@ def split_engine_name(name: str) -> tuple[str, str]:
 
 
 def engine(name: str) -> EngineProfile:
-    """An engine by name or alias, optionally on a backend (``llama.cpp@vulkan``) or as a release ran
-    (``vLLM@0.7.3``: the scheduling of the profile's ``releases`` that covers it)."""
-    base, backend = split_engine_name(name)
+    """An engine by name or alias, optionally on a backend (``llama.cpp@vulkan``), as a release ran (``vLLM@0.7.3``:
+    the default runtime of the profile's ``releases`` that covers it) or on a named runtime
+    (``TensorRT-LLM@tensorrt``)."""
+    base, suffix = split_engine_name(name)
     key = normalize(base)
     for profile in load_engines():
         if key in {normalize(profile.name), *map(normalize, profile.aliases)}:
-            if release_of(backend):
-                return profile.as_released(backend)
-            if BACKEND_MARK in name and backend not in BACKENDS:
-                raise UnknownNameError(f"unknown engine backend {backend!r} in {name!r}: after {BACKEND_MARK} give a "
-                                       f"backend ({', '.join(BACKENDS)}) or a release number (vLLM@0.7.3).")
-            return profile.on_backend(backend)
+            if release_of(suffix) or suffix in profile.runtimes or (suffix and suffix == profile.runtime):
+                return profile.as_run(suffix)
+            if BACKEND_MARK in name and suffix not in BACKENDS:
+                runtimes = ", ".join(n for n in (profile.runtime, *profile.runtimes) if n)
+                runtimes = f" or a runtime ({runtimes})" if runtimes else ""
+                raise UnknownNameError(f"unknown engine backend {suffix!r} in {name!r}: after {BACKEND_MARK} give a "
+                                       f"backend ({', '.join(BACKENDS)}), a release number (vLLM@0.7.3){runtimes}.")
+            return profile.on_backend(suffix)
     raise UnknownNameError(f"unknown engine {name!r}. Known: {', '.join(p.name for p in load_engines())}; "
                            f"add {BACKEND_MARK}BACKEND ({', '.join(BACKENDS)}) to pick a backend.")
 

@@ -101,15 +101,20 @@ def _row_problem(row: dict, seen: set) -> str | None:
             return f"{key} {row.get(key)!r} is not one of {', '.join(a for a in allowed if a)}"
     if not DATE.match(row.get("date", "")):
         return f"date {row.get('date')!r} is not YYYY-MM or YYYY-MM-DD"
-    return _engine_problem(row.get("engine") or "")
+    return _engine_problem(row.get("engine") or "", row.get("runtime") or "", row.get("framework") or "")
 
 
 @lru_cache(maxsize=None)
-def _engine_problem(name: str) -> str | None:
+def _engine_problem(name: str, runtime: str, framework: str) -> str | None:
     """An ``engine`` cell names a profile (``predict`` refuses a row whose cell does not), or is empty or
-    ``other`` (the ``framework`` text then picks the profile); once per distinct cell, not per row."""
+    ``other`` (the ``framework`` text then picks the profile), and a ``runtime`` cell is one that profile has; once
+    per distinct triple, not per row."""
     try:
-        engine_of_measurement(name, "")
+        profile = engine_of_measurement(name, framework)
     except UnknownNameError:
         return f"engine {name!r} names no profile in engines_db/ (empty or 'other': the framework text picks one)"
+    try:
+        profile.runtime_of(runtime=runtime)
+    except UnknownNameError as exc:
+        return str(exc)
     return None

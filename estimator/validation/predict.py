@@ -2,7 +2,8 @@
 
 Columns are those of the measurement schema (``measurements_db/SCHEMA.md``). Required: ``id, hardware,
 n_gpus, model, weight_format, batch, input_len, output_len, metric``; the others are optional: ``engine``
-(else the ``framework`` text picks the profile in ``engines_db/``), the layout (``tp, pp, ep, dp,
+(else the ``framework`` text picks the profile in ``engines_db/``) with ``engine_version`` and ``runtime``
+(TensorRT-LLM's ``pytorch`` or ``tensorrt``: the release's default when empty), the layout (``tp, pp, ep, dp,
 attention_dp``), ``memory_gib``, ``kv_format``, ``attention``, ``context_depth``, ``gpu_layers``, ``cpu_moe``,
 ``calibration`` (the profile of the machine the row ran on: :mod:`estimator.validation.row_calibration`), and
 for a serving benchmark ``concurrency`` or ``request_rate`` with ``max_num_seqs``, ``prefix_hit_rate``,
@@ -216,7 +217,7 @@ class Resolved:
     saturate: list[bool] = field(default_factory=list)          # offline: the largest batch that fits
     batch_caps: list[float] = field(default_factory=list)       # the engine's max_num_seqs (inf: none)
     requests_at_once: list[float] = field(default_factory=list)  # an all-at-once run's requests (0: none)
-    scheduling: list[tuple] = field(default_factory=list)       # the row's release's scheduling, if it differs
+    scheduling: list[tuple] = field(default_factory=list)       # its runtime's scheduling, where it differs
     metrics: list[str] = field(default_factory=list)
     columns: list[tuple[str, float]] = field(default_factory=list)  # result column and factor per row
     cache: dict = field(default_factory=dict, repr=False, compare=False)  # prepared columns, per group
@@ -235,6 +236,7 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
                 _number(row, "value", minimum=0.0)
             hardware = hardware_of_row(row, db)
             profile = engine_of_row(row, hardware)
+            scheduling = profile.scheduling_at(_cell(row, "engine_version"), _cell(row, "runtime"))
             config = configuration_from_row(row, db, profile, hardware)
             serving = serving_from_row(row)
             # the engine's cap on running sequences: the row's, else the engine's default for this device
@@ -262,7 +264,7 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             at_once = _int(row, "num_requests", 0) if not serving.under_load else 0   # requests sent at once
             resolved.batch_caps.append(min(cap, at_once or math.inf))
             resolved.requests_at_once.append(float(at_once))
-            resolved.scheduling.append(profile.scheduling_at(_cell(row, "engine_version")))
+            resolved.scheduling.append(scheduling)
             resolved.metrics.append(result["metric"])
             resolved.columns.append(result_column(result["metric"], _cell(row, "statistic"),
                                                   serving.engine_sets_batch))
@@ -297,8 +299,9 @@ def predicted_array(resolved: Resolved, parameters: dict[str, EngineDefaults] | 
 
 def _evaluated_groups(resolved: Resolved, parameters, physical_limit: bool):
     """(row indices, result columns, batch used) per group of rows sharing an engine, ServingOptions.shared() and
-    the scheduling of the engine's release (an older one's, :meth:`EngineProfile.scheduling_at`, on top of the
-    engine's parameters: the efficiencies are one set across releases)."""
+    the scheduling of the runtime the row ran (the one it states, else its release's default:
+    :meth:`EngineProfile.scheduling_at`), on top of the engine's parameters: the efficiencies are one set across
+    runtimes and releases."""
     for (name, serving, scheduling), (idx, prepared, batch, columns) in _prepared_groups(resolved,
                                                                                          physical_limit).items():
         params = PHYSICAL_LIMIT if physical_limit else (parameters or {}).get(name) or engine(name).parameters
