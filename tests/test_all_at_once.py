@@ -12,6 +12,8 @@ from pydantic import ValidationError
 from estimator import estimate
 from estimator.errors import UnknownNameError
 from estimator.serving.burst import all_at_once, backlog
+from estimator.serving.lengths import LengthMix, run_outputs
+from estimator.validation.dataset import load_dataset
 from estimator.validation.predict import predict_rows
 from tests.helpers import cli
 
@@ -45,9 +47,10 @@ def _replay(n, prefill_s, P, O, K, d1, dn, mixed):
     step_s = max(prefill_s / steps, d1 + slope * max(n / 2 - 1, 0)) if mixed else prefill_s / steps
     first = [int(np.floor(((j + 1) * P - 1) / K)) + 1 for j in range(n)]
     ttft = [f * step_s for f in first]
-    early = [min(steps - f, O - 1) if mixed else 0 for f in first]      # tokens during the prompts
+    outputs = [int(o) for o in O] if np.ndim(O) else [O] * n         # per request, in admission order
+    early = [min(steps - f, o - 1) if mixed else 0 for f, o in zip(first, outputs)]   # tokens during the prompts
     tokens = [[ttft[j] + k * step_s for k in range(early[j] + 1)] for j in range(n)]
-    left = [O - 1 - early[j] for j in range(n)]
+    left = [outputs[j] - 1 - early[j] for j in range(n)]
     t = steps * step_s
     while any(x > 0 for x in left):
         active = [j for j in range(n) if left[j] > 0]
@@ -56,7 +59,7 @@ def _replay(n, prefill_s, P, O, K, d1, dn, mixed):
             left[j] -= 1
             tokens[j].append(t)
     done = [times[-1] for times in tokens]
-    tpot = [(done[j] - ttft[j]) / (O - 1) for j in range(n)]
+    tpot = [(done[j] - ttft[j]) / (outputs[j] - 1) if outputs[j] > 1 else dn for j in range(n)]
     gaps = np.concatenate([np.diff(times) for times in tokens])
     return np.mean(ttft), np.mean(tpot), np.mean(done), max(done), ttft, gaps
 
@@ -75,6 +78,41 @@ def test_the_run_matches_a_step_replay(mixed, P, O, K):
         assert float(model[f"ttft_{q}_s"]) == pytest.approx(np.quantile(each_ttft, p), rel=0.1)
     for q, p in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):     # every gap between two tokens of a request
         assert float(model[f"itl_{q}_s"]) == pytest.approx(np.quantile(gaps, p), rel=0.05)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_run_of_unequal_outputs_matches_a_step_replay(mixed):
+    """Requests of unequal outputs, admitted in an order unrelated to their lengths (the model's stride through
+    them): the batch thins as the short ones end and the run lasts until the longest does."""
+    n, P, K, d1, dn = 64, 300, 2048, 0.008, 0.030
+    outputs = np.array([2 + (37 * j) % 200 for j in range(n - 1)] + [900.0])
+    model = all_at_once(n, 0.004 * n * P / 100, P, outputs.mean(), K, d1, dn, mixed, outputs)
+    stride = 33   # the model's: the first k above n / 2 coprime with n
+    admitted = outputs[(np.arange(n) * stride) % n]
+    ttft, tpot, e2e, duration, _, _ = _replay(n, 0.004 * n * P / 100, P, admitted, K, d1, dn, mixed)
+    assert float(model["duration_s"]) == pytest.approx(duration, rel=0.03)
+    assert float(model["e2e_latency_s"]) == pytest.approx(e2e, rel=0.05)
+    assert float(model["tpot_s"]) == pytest.approx(tpot, rel=0.05)
+    assert float(model["throughput_out_tps"]) == pytest.approx(outputs.sum() / duration, rel=0.03)
+
+
+def test_a_straggler_sets_the_end_of_the_run():
+    """Four requests sent at once with 10, 20, 30 and 400 output tokens, one 10 ms step whatever the batch, the
+    prompts in one 10 ms step: the run ends when the 400-token request does, after 0.01 + 399 x 0.01 = 4.0 s, so
+    it yields 460 tokens in 4 s (115 tokens/s), where four requests of the mean 115 tokens would end at 1.15 s
+    (400 tokens/s). A file of exactly the run's requests gives them back as the run's positions."""
+    mix = LengthMix(np.full(4, 100.0), np.array([10.0, 20.0, 30.0, 400.0]))
+    positions = run_outputs(mix, 4)
+    assert sorted(set(positions)) == [10.0, 20.0, 30.0, 400.0] and positions.mean() == pytest.approx(115.0)
+    spread = all_at_once(4, 0.01, 100, 115, 10_000, 0.01, 0.01, False, positions)
+    alike = all_at_once(4, 0.01, 100, 115, 10_000, 0.01, 0.01, False)
+    assert float(spread["duration_s"]) == pytest.approx(0.01 + 399 * 0.01)
+    assert float(spread["throughput_out_tps"]) == pytest.approx(460 / 4.0)
+    assert float(alike["duration_s"]) == pytest.approx(0.01 + 114 * 0.01)
+    # at the same mean, more spread never ends the run sooner
+    wider = LengthMix(np.full(4, 100.0), np.array([1.0, 1.0, 58.0, 400.0]))
+    assert float(all_at_once(4, 0.01, 100, 115, 10_000, 0.01, 0.01, False, run_outputs(wider, 4))["duration_s"]) \
+        >= float(spread["duration_s"])
 
 
 def test_hand_worked_backlog():
@@ -206,6 +244,22 @@ def test_a_published_all_at_once_run():
     fixed = estimate("gpt-oss-20b", "h100", weight_format="mxfp4-experts", engine="vLLM", prompt_tokens=128,
                      output_tokens=4, batch=1000)
     assert fixed.itl_s * 1e3 < 0.2 * measured
+
+
+def test_a_published_burst_ends_with_its_longest_reply(db):
+    """LambdaLabs' vLLM 0.5.4 bursts of ShareGPT prompts on one H100 (Mistral-7B) publish every request's lengths:
+    10 requests whose longest reply is 928 tokens lasted 7.39 s (336.7 output tokens/s), 160 requests with a
+    1,028-token longest reply 14.45 s (2,353 tokens/s). Given the run's own lengths (its lengths file) the estimate
+    runs the batch down to that reply: 387 tokens/s (+15%) and 3,717 (+58%, vLLM 0.5.4's slow steps late in a
+    long burst, docs/formulas.md section 14). Given only the mean lengths every reply ends together, 4.1x too
+    fast for both."""
+    ids = {"lambda-h100x1-mistral7b-p10-thr": 0.20, "lambda-h100x1-mistral7b-p160-thr": 0.65}
+    rows = [r for r in load_dataset().rows if r["id"] in ids]
+    assert len(rows) == len(ids) and all(r["lengths"].startswith("lengths/") for r in rows)
+    for row, own, mean_only in zip(rows, predict_rows(rows, db), predict_rows([{**r, "lengths": ""} for r in rows], db)):
+        measured = float(row["value"])
+        assert abs(float(own["predicted"]) / measured - 1) < ids[row["id"]], (row["id"], own["predicted"])
+        assert float(mean_only["predicted"]) / measured > 3.5
 
 
 def test_more_requests_at_once_never_come_sooner(db):

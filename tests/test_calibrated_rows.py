@@ -12,7 +12,7 @@ import pytest
 
 from estimator.efficiency.calibration_profile import load_profile
 from estimator.evaluation.api import estimate
-from estimator.validation.dataset import _calibration_problem, load_dataset
+from estimator.validation.dataset import _file_problem, load_dataset
 from estimator.validation.predict import predict_file, predict_rows
 
 PROFILE = "calibrations/h200-2026-11-30-call3-full.yaml"
@@ -65,11 +65,16 @@ def test_a_predict_file_reads_its_calibrations_beside_it_and_a_missing_one_fails
 
 def test_the_dataset_takes_only_a_calibration_that_is_one_of_its_files():
     folder = resources.files("measurements_db")
-    assert _calibration_problem({"calibration": PROFILE}, folder) is None
-    assert _calibration_problem({"calibration": ""}, folder) is None
+    assert _file_problem({"calibration": PROFILE}, folder, "calibration") is None
+    assert _file_problem({"calibration": ""}, folder, "calibration") is None
     for name in ("calibrations/absent.yaml", "../hardware_db/calibrations/nvidia-h200-sxm-141gb-vm.yaml",
                  str(_profile_path())):   # an absolute path is refused even where the file exists
-        assert name in _calibration_problem({"calibration": name}, folder)
+        assert name in _file_problem({"calibration": name}, folder, "calibration")
+    # a run's own lengths likewise; a preset name is no file
+    own = next(r["lengths"] for r in load_dataset().rows if r.get("lengths", "").endswith(".csv"))
+    assert _file_problem({"lengths": own}, folder, "lengths", ".csv") is None
+    assert _file_problem({"lengths": "sharegpt"}, folder, "lengths", ".csv") is None
+    assert "lengths/absent.csv" in _file_problem({"lengths": "lengths/absent.csv"}, folder, "lengths", ".csv")
 
 
 def test_every_calibrated_row_cites_a_profile_of_its_own_device_measured_the_day_it_ran(db):

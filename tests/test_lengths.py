@@ -88,7 +88,9 @@ def test_the_queue_with_a_mix_agrees_with_the_simulation(load):
 
 @pytest.mark.parametrize("content, message", [
     ("prompt;output\n1;2\n", "columns prompt,output"),
-    ("prompt,output\n", "no requests"),
+    ("prompt,output\n", "no request with an output token"),
+    ("prompt,output\n100,0\n", "no request with an output token"),   # outputs of 0 alone: nothing to time
+    ("prompt,output\n100,-1\n", "line 2: output must be a whole number of tokens from 0"),
     ("prompt,output\n100,2.5\n", "line 2: output must be a whole number"),
     ("prompt,output\n100,20\n0,20\n", "line 3: prompt must be a whole number"),
     ("prompt,output\nnan,20\n", "line 2: prompt"),

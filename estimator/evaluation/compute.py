@@ -18,7 +18,7 @@ from estimator.serving.continuous_batching import (
     max_sustainable_rate,
     steady_state,
 )
-from estimator.serving.lengths import LengthMix, batch_that_fits, request_spread
+from estimator.serving.lengths import LengthMix, batch_that_fits, request_spread, run_outputs
 from estimator.serving.mixed_steps import MixedSteps
 
 # Latency percentiles under a load, from estimator.serving.percentiles.
@@ -147,15 +147,17 @@ def _in_lockstep(out: dict, at, one: dict, T, O, layout, clients, slots, engine:
 
 
 def _run_at_once(at, one: dict, T, O, requests, dp, engine: EngineDefaults,
-                 prompts_at=None) -> tuple[dict, dict, dict]:
+                 prompts_at=None, mix: LengthMix | None = None) -> tuple[dict, dict, dict]:
     """:func:`~estimator.serving.burst.all_at_once` for ``requests`` per replica, all running; the results at
     that batch (its decode step), and those its prompts are prefilled at (``prompts_at``: a mix's mean lengths
-    rather than the decode batch's length-biased ones)."""
+    rather than the decode batch's length-biased ones). With a length mix the requests' outputs are its order
+    statistics (:func:`~estimator.serving.lengths.run_outputs`): the run lasts until the longest ends."""
     out = at(np.ceil(requests) * dp)
     prompts = out if prompts_at is None else prompts_at(np.ceil(requests) * dp)
     prompt = np.asarray(T, dtype=float) - prompts["cached_tokens"]
     return all_at_once(requests, prompts["ttft_s"], prompt, O, _step_tokens(prompt, engine), one["itl_s"],
-                       out["itl_s"], not engine.prefill_runs_alone), out, prompts
+                       out["itl_s"], not engine.prefill_runs_alone,
+                       None if mix is None else run_outputs(mix, np.ceil(requests))), out, prompts
 
 
 def _step_tokens(prompt_tokens, engine: EngineDefaults):
@@ -177,7 +179,7 @@ def _mixed_steps(one: dict, full: dict, prompt_tokens, slots, engine: EngineDefa
 def _run_columns(run: dict, O, layout) -> dict:
     """Result columns of an all-at-once run (per replica) over all replicas."""
     dp = np.asarray(layout["dp"], dtype=float)
-    return {"ttft_s": run["ttft_s"], "itl_s": run["tpot_s"], "decode_tps_per_seq": 1.0 / run["tpot_s"],
+    return {"ttft_s": run["ttft_s"], "itl_s": run["itl_mean_s"], "decode_tps_per_seq": 1.0 / run["itl_mean_s"],
             "e2e_latency_s": run["e2e_latency_s"],
             "tpot_inclusive_s": run["e2e_latency_s"] / np.asarray(O, dtype=float),
             "throughput_out_tps": run["throughput_out_tps"] * dp, "decode_tps_total": run["throughput_out_tps"] * dp,
@@ -199,7 +201,7 @@ def _all_at_once_results(at, T, O, layout, serving, engine: EngineDefaults, mix:
     prompts_at = None if mix is None else (lambda batch: at(batch, T, O))
     requests = serving["num_requests"] / dp
     fits_all = requests <= slots
-    run, out, prompts = _run_at_once(at, one, T, O, np.minimum(requests, slots), dp, engine, prompts_at)
+    run, out, prompts = _run_at_once(at, one, T, O, np.minimum(requests, slots), dp, engine, prompts_at, mix)
     if not np.all(fits_all):
         prompt = np.asarray(T, dtype=float) - prompts["cached_tokens"]
         queued = backlog(requests, slots, prompts["ttft_s"], prompts["prefill_linear_s"], prompt, O,

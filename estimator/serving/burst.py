@@ -26,6 +26,8 @@ by a grid of G admission positions (each n / G requests), so every input may be 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from estimator.serving.mixed_steps import MixedSteps, weighted_quantile
@@ -35,7 +37,7 @@ POSITIONS = 64   # admission positions x = (g + 1/2) / G representing the n requ
 
 
 def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, step_one_s, step_all_s,
-                mixed) -> dict[str, np.ndarray]:
+                mixed, outputs=None) -> dict[str, np.ndarray]:
     """Mean TTFT, TPOT and E2E, duration and output throughput of n requests sent at once (per replica).
 
     Parameters
@@ -52,6 +54,11 @@ def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, 
         A decode step at one sequence and at n.
     mixed : array of bool
         Decode tokens ride along in prefill steps (else prefill steps run alone).
+    outputs : array, optional
+        The output lengths of the run's requests as G equally weighted positions (a trailing axis; a length
+        mix's order statistics, :func:`run_outputs`), admitted in an order unrelated to their lengths. The
+        run then lasts until its longest request ends, its batch thinning to the stragglers; its throughput
+        is their total over that. Without it every request has ``output_tokens``.
 
     Examples
     --------
@@ -74,6 +81,12 @@ def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, 
     n, T_pf, P, O, K, d1, dn, mixed = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (
         requests, prefill_s, prompt_tokens, output_tokens, step_tokens, step_one_s, step_all_s, mixed)))
     mixed = mixed > 0
+    G = POSITIONS if outputs is None else np.shape(outputs)[-1]
+    if outputs is None:
+        each = np.broadcast_to(O[..., None], O.shape + (G,))
+    else:   # a stride through the lengths, coprime with G, so admission order says nothing of length
+        stride = next(k for k in range(G // 2 + 1, G + 1) if math.gcd(k, G) == 1)
+        each = np.broadcast_to(np.asarray(outputs, dtype=float), O.shape + (G,))[..., (np.arange(G) * stride) % G]
     steps = np.maximum(np.ceil(n * P / np.maximum(K, 1.0)), 1.0)
     # a mixed step also carries the decode of the admitted requests: at least a decode step of about half
     # of them (the mean over the prompt phase)
@@ -81,27 +94,29 @@ def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, 
     step_s = np.where(mixed, np.maximum(T_pf / steps, d1 + slope * (n / 2 - 1).clip(0)), T_pf / steps)
     prompts_end_s = steps * step_s
 
-    x = (np.arange(POSITIONS) + 0.5) / POSITIONS
+    x = (np.arange(G) + 0.5) / G
     first_step = np.floor(x * steps[..., None]) + 1                        # the step that ends its prompt
     ttft = first_step * step_s[..., None]
-    tokens_left = np.maximum(O - 1, 0.0)[..., None]
+    tokens_left = np.maximum(each - 1, 0.0)
     in_prompt_phase = np.where(mixed[..., None], np.minimum(steps[..., None] - first_step, tokens_left), 0.0)
     # the positions in order of the decode-phase tokens they have left (only means and the maximum are reported,
     # so the order of positions does not matter)
     order = np.argsort(tokens_left - in_prompt_phase, axis=-1)
-    ttft, in_prompt_phase = (np.take_along_axis(a, order, axis=-1) for a in (ttft, in_prompt_phase))
+    ttft, in_prompt_phase, tokens_left = (np.take_along_axis(np.broadcast_to(a, order.shape), order, axis=-1)
+                                          for a in (ttft, in_prompt_phase, tokens_left))
     remaining = tokens_left - in_prompt_phase                              # ascending
     # decode phase: step k of it runs the positions with more than k tokens left; with G positions of n / G
     # requests, the steps a position takes cost r (d1 − slope) + slope (n / G) Σ_h min(r_h, r), and for the
     # ascending r that sum is the positions before plus r for it and every one after
-    overlap = np.cumsum(remaining, axis=-1) - remaining + remaining * (POSITIONS - np.arange(POSITIONS))
-    decode_s = remaining * (d1 - slope)[..., None] + (slope * n / POSITIONS)[..., None] * overlap
+    overlap = np.cumsum(remaining, axis=-1) - remaining + remaining * (G - np.arange(G))
+    decode_s = remaining * (d1 - slope)[..., None] + (slope * n / G)[..., None] * overlap
     e2e = np.where(remaining > 0, prompts_end_s[..., None] + decode_s, ttft + in_prompt_phase * step_s[..., None])
     # with a single output token there is no gap to time: the decode step at n stands for it, as at a fixed batch
     tpot = np.where(tokens_left > 0, (e2e - ttft) / np.maximum(tokens_left, 1.0), dn[..., None])
     duration = e2e.max(axis=-1)
     out = {"ttft_s": ttft.mean(axis=-1), "tpot_s": tpot.mean(axis=-1), "e2e_latency_s": e2e.mean(axis=-1),
-           "duration_s": duration, "throughput_out_tps": n * O / duration, "prefill_phase_s": prompts_end_s}
+           "duration_s": duration, "throughput_out_tps": n * each.mean(axis=-1) / duration,
+           "prefill_phase_s": prompts_end_s}
     out.update({f"ttft_{q}_s": np.quantile(ttft, p, axis=-1) for q, p in PERCENTILES.items()})
     out["e2e_p99_s"] = np.quantile(e2e, 0.99, axis=-1)
     # the gaps between tokens: those in the prompt phase (a step each), the first after it (from a request's
@@ -112,6 +127,10 @@ def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, 
                            decode_gap], axis=-1)
     counts = np.concatenate([in_prompt_phase, np.minimum(remaining, 1.0), np.maximum(remaining - 1, 0.0)], axis=-1)
     out.update({f"itl_{q}_s": weighted_quantile(gaps, counts, p, dn) for q, p in PERCENTILES.items()})
+    # the mean gap over every token (vllm bench serve's mean ITL): the requests' mean TPOT when all have one length,
+    # while with unequal lengths the many tokens of the long requests, decoded as the batch thins, weigh more
+    total = counts.sum(axis=-1)
+    out["itl_mean_s"] = np.where(total > 0, (gaps * counts).sum(axis=-1) / np.maximum(total, 1.0), dn)
     return out
 
 
@@ -184,6 +203,7 @@ def backlog(requests, slots, prefill_s, prefill_linear_s, prompt_tokens, output_
            "tpot_s": steps.mean_step_s(decode_step_s, others, P, running),
            "duration_s": n / completions_per_s + steps_decoding * step_s}
     out["e2e_latency_s"] = out["ttft_s"] + steps_decoding * out["tpot_s"]
+    out["itl_mean_s"] = out["tpot_s"]   # a steady backlog: every request decodes through the same steps
     out["throughput_out_tps"] = n * O / out["duration_s"]
     out.update({f"ttft_{q}_s": np.maximum(p * n, 1.0) / completions_per_s for q, p in PERCENTILES.items()})
     # a gap between two tokens is one step; its time grows with the prompt tokens the step carries

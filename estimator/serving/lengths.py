@@ -34,6 +34,7 @@ PRESETS_FILE = "length_presets.yaml"
 QUANTILE_POINTS = 24            # per length of a preset: 24 x 24 = 576 (prompt, output) pairs
 OVERFLOW_PROBABILITY = 0.01     # the KV cache may overflow in this share of steps (engines then preempt)
 MAX_REQUESTS = 1_000_000        # rows of a lengths file
+RUN_POSITIONS = 256             # positions representing the requests of an all-at-once run (run_outputs)
 SCALED_PRESET = re.compile(r"^(?P<name>[A-Za-z][\w-]*)@(?P<prompt>\d+(?:\.\d+)?)/(?P<output>\d+(?:\.\d+)?)$")
 
 
@@ -91,6 +92,28 @@ def request_spread(prefill_s, output_tokens) -> dict:
     return out
 
 
+def run_outputs(mix: LengthMix, requests) -> np.ndarray:
+    """The output lengths of a run of n requests drawn from ``mix``, as RUN_POSITIONS equally weighted positions
+    (a trailing axis; :func:`~estimator.serving.burst.all_at_once`).
+
+    Position g holds the order statistic i = ⌈(g + 1) n / G⌉ of the n, the mix's quantile at (i − ½) / n: the
+    last is the longest of the n, which ends the run, and a mix of exactly the run's own n requests gives them
+    back (Hazen's plotting position returns the i-th of n sorted values).
+
+    Examples
+    --------
+    >>> mix = LengthMix(np.full(4, 100.0), np.array([10.0, 20.0, 30.0, 400.0]))
+    >>> out = run_outputs(mix, 4)
+    >>> float(out.max()), float(out.mean())
+    (400.0, 115.0)
+    """
+    n = np.maximum(np.asarray(requests, dtype=float), 1.0)[..., None]
+    order = np.ceil((np.arange(RUN_POSITIONS) + 1) * n / RUN_POSITIONS)
+    ranked = np.sort(mix.output_tokens)
+    # Hazen's quantile at q sits at 0-based rank m q − ½ of the m sorted values, linear between them
+    return np.interp(ranked.size * (order - 0.5) / n - 0.5, np.arange(ranked.size), ranked)
+
+
 def batch_that_fits(max_batch_at_mean, final_mean_tokens: float, final_spread_tokens: float):
     """The largest N with N μ + z √N σ ≤ (KV capacity), the capacity being ``max_batch_at_mean`` sequences of μ.
 
@@ -110,7 +133,8 @@ def batch_that_fits(max_batch_at_mean, final_mean_tokens: float, final_spread_to
 
 
 def read_lengths_file(path: str | Path) -> LengthMix:
-    """A CSV with columns ``prompt,output`` (tokens per request, one request per row)."""
+    """A CSV with columns ``prompt,output`` (tokens per request, one request per row). An output may be 0: a
+    request that ended before its first token, as a benchmark's per-request record keeps it."""
     text = read_text(path, "--lengths", ConfigurationError)
     reader = csv.DictReader(io.StringIO(text))
     if not reader.fieldnames or not {"prompt", "output"} <= {f.strip() for f in reader.fieldnames}:
@@ -119,7 +143,7 @@ def read_lengths_file(path: str | Path) -> LengthMix:
     prompts, outputs = [], []
     for line, row in enumerate(reader, start=2):
         row = {(k or "").strip(): v for k, v in row.items()}
-        for key, into, minimum in (("prompt", prompts, 1), ("output", outputs, 1)):
+        for key, into, minimum in (("prompt", prompts, 1), ("output", outputs, 0)):
             text = (row.get(key) or "").strip()
             try:
                 value = float(text)
@@ -131,8 +155,8 @@ def read_lengths_file(path: str | Path) -> LengthMix:
             into.append(value)
         if len(prompts) > MAX_REQUESTS:
             raise ConfigurationError(f"--lengths {path}: more than {MAX_REQUESTS:,} requests; sample them first")
-    if not prompts:
-        raise ConfigurationError(f"--lengths {path}: no requests (expected rows of prompt,output)")
+    if not any(outputs):
+        raise ConfigurationError(f"--lengths {path}: no request with an output token (expected rows of prompt,output)")
     return LengthMix(np.array(prompts), np.array(outputs))
 
 

@@ -62,7 +62,8 @@ def load_dataset() -> Dataset:
         if missing:
             raise DatabaseError(f"measurements_db/{path.name}: missing columns {missing}")
         for row in reader:
-            problem = _row_problem(row, seen) or _calibration_problem(row, folder)
+            problem = _row_problem(row, seen) or _file_problem(row, folder, "calibration") \
+                or _file_problem(row, folder, "lengths", ".csv")
             if problem:
                 raise DatabaseError(f"measurements_db/{path.name}, row {row.get('id')!r}: {problem}")
             seen.add(row["id"])
@@ -78,12 +79,12 @@ def _cites_source(url: str) -> bool:
     return url.startswith("http") or (REPOSITORY_PATH.fullmatch(url) is not None and ".." not in url)
 
 
-def _calibration_problem(row: dict, folder) -> str | None:
-    """A row's calibration profile (optional ``calibration`` column) must be a file of the collection's folder, named
-    by a relative path (the dataset is read wherever the package is installed)."""
-    name = row.get("calibration") or ""
-    if name and (name.startswith("/") or ".." in name or not folder.joinpath(name).is_file()):
-        return f"calibration {name!r} is not a file under measurements_db/"
+def _file_problem(row: dict, folder, column: str, suffix: str = "") -> str | None:
+    """A file a row cites (its ``calibration`` profile, its run's ``lengths`` when that names a CSV) must be a file
+    of the collection's folder, named by a relative path (the dataset is read wherever the package is installed)."""
+    name = row.get(column) or ""
+    if name.endswith(suffix) and name and (name.startswith("/") or ".." in name or not folder.joinpath(name).is_file()):
+        return f"{column} {name!r} is not a file under measurements_db/"
     return None
 
 

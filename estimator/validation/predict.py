@@ -7,7 +7,8 @@ n_gpus, model, weight_format, batch, input_len, output_len, metric``; the others
 attention_dp``), ``memory_gib``, ``kv_format``, ``attention``, ``context_depth``, ``gpu_layers``, ``cpu_moe``,
 ``calibration`` (the profile of the machine the row ran on: :mod:`estimator.validation.row_calibration`), and
 for a serving benchmark ``concurrency`` or ``request_rate`` with ``max_num_seqs``, ``prefix_hit_rate``,
-``num_requests`` and ``lengths`` (the dataset its requests came from, a preset, at the row's mean lengths).
+``num_requests`` and ``lengths`` (the dataset its requests came from, a preset, at the row's mean lengths;
+or a CSV of the run's own requests, relative to the row's file).
 Mean lengths may be fractional. A row that cannot be predicted gets a status and a reason, and the other
 rows still run. Names with a parenthetical remark (``FP8 (ModelOpt)``) are tried with and without it.
 
@@ -176,8 +177,11 @@ def serving_from_row(row: dict) -> ServingOptions:
                    num_requests=0 if _cell(row, "concurrency") or _cell(row, "batch") else _int(row, "num_requests", 0),
                    # MoE layers whose experts are in host memory (llama.cpp --n-cpu-moe; docs/formulas.md §8)
                    cpu_moe=_int(row, "cpu_moe", 0))
-    if _cell(row, "lengths"):   # the dataset the requests came from (a preset), at the row's mean lengths
-        options["lengths"] = preset_at_means(_cell(row, "lengths"), _number(row, "input_len", 1.0, minimum=1.0),
+    lengths = _cell(row, "lengths")
+    if lengths.endswith(".csv"):   # the run's own requests, relative to the folder of the CSV that holds the row
+        options["lengths"] = str(Path(row.get("folder") or ".") / lengths)
+    elif lengths:   # the dataset the requests came from (a preset), at the row's mean lengths
+        options["lengths"] = preset_at_means(lengths, _number(row, "input_len", 1.0, minimum=1.0),
                                              _number(row, "output_len", 1.0, minimum=1.0))
     if options["cpu_moe"] and _cell(row, "n_ubatch"):   # experts cross the host link once per micro-batch
         options["ubatch_tokens"] = _int(row, "n_ubatch", minimum=1)
