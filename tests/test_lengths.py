@@ -9,6 +9,8 @@ carry a stall, a step of the distribution), p99 −1 / −20 / −32%; E2E p99 +
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -151,3 +153,21 @@ def test_a_row_names_the_dataset_its_requests_came_from():
     fixed, shaped, wrong = predict_rows([row, {**row, "lengths": "sharegpt"}, {**row, "lengths": "sharegpt_v3"}])
     assert float(shaped["predicted"]) < float(fixed["predicted"])   # the tail of the lengths runs fewer at once
     assert wrong["status"] != "ok" and "'lengths' must name a length preset" in wrong["reason"]
+
+
+def test_the_benchmark_sharegpt_preset_is_its_published_sample():
+    """`sharegpt-bench` (what vllm bench serve and SGLang's bench_serving draw from ShareGPT) comes from the
+    per-request lengths of LambdaLabs' 320-prompt vLLM run, kept in measurements_db/lengths/: the preset's
+    statistics are that file's, and its replies spread far wider than the `sharegpt` preset's."""
+    from importlib import resources
+    path = resources.files("measurements_db").joinpath(
+        "lengths/lambdalabs-1xh100-80gb-sxm-mistral-7b-instruct-v0.3_tp1_len2000-p320.csv")
+    rows = np.loadtxt(io.StringIO(path.read_text()), delimiter=",", skiprows=1)
+    published = load_presets()["sharegpt-bench"]
+    for column, key in ((0, "prompt"), (1, "output")):
+        assert rows[:, column].mean() == pytest.approx(published[key]["mean"], abs=0.05)
+        assert np.median(rows[:, column]) == pytest.approx(published[key]["median"])
+        for q in ("p90", "p99"):
+            assert np.percentile(rows[:, column], float(q[1:])) == pytest.approx(published[key][q], abs=0.05)
+    bench, papers = preset("sharegpt-bench"), preset("sharegpt")
+    assert np.std(np.log(bench.output_tokens)) > 2 * np.std(np.log(papers.output_tokens))
