@@ -223,7 +223,8 @@ def test_estimate_of_an_all_at_once_run(db):
 def test_the_cli_takes_num_requests_alone(capsys):
     args = ["estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--engine", "sglang", "--num-requests", "300"]
     code, out, _ = cli(capsys, *args)
-    assert code == 0 and "300 requests sent at once" in out and "TPOT (mean time per output token" in out
+    assert code == 0 and "300 requests sent at once" in out and "ITL (mean gap over every output token)" in out \
+        and "run ends when its longest reply does, after" in out
     code, out, _ = cli(capsys, *args, "--max-num-seqs", "64", "--json")
     result = json.loads(out)
     assert code == 0 and result["running_batch"] == 64 and result["queued_requests"] == 236

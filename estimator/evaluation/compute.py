@@ -209,7 +209,7 @@ def _all_at_once_results(at, T, O, layout, serving, engine: EngineDefaults, mix:
                          (one["decode_linear_s"], out["decode_linear_s"]), not engine.prefill_runs_alone)
         run = {k: np.where(fits_all, v, queued[k]) for k, v in run.items()}
     out.update({**_run_columns(run, O, layout), **{k: run[k] for k in PERCENTILE_COLUMNS},
-                "prefill_phase_s": run["prefill_phase_s"],
+                "prefill_phase_s": run["prefill_phase_s"], "run_duration_s": run["duration_s"],
                 "running_batch": np.minimum(np.ceil(requests), slots) * dp, "max_running_sequences": slots * dp,
                 "queued_requests": np.maximum(requests - slots, 0) * dp})
     if mix is not None:

@@ -254,8 +254,9 @@ def _speed_rows(r: dict, finite_run: int = 0) -> list[tuple[str, str]]:
             ("TTFT (mean over the requests)", _with_range(r, "ttft_s", seconds)),
             ("all prompts prefilled after", seconds(r["prefill_phase_s"]) if math.isfinite(r["prefill_phase_s"])
              else NOT_AVAILABLE),
-            ("TPOT (mean time per output token after the first)", _with_range(r, "itl_s", seconds)),
+            ("ITL (mean gap over every output token)", _with_range(r, "itl_s", seconds)),
             ("end-to-end latency (mean)", _with_range(r, "e2e_latency_s", seconds)),
+            ("run ends when its longest reply does, after", seconds(r["run_duration_s"])),
             ("output tokens/s over the run", _with_range(r, "throughput_out_tps", rate)),
             ("TTFT p50 / p90 / p99", " / ".join(seconds(r[f"ttft_{q}_s"]) for q in ("p50", "p90", "p99"))),
             ("ITL p50 / p90 / p99", " / ".join(seconds(r[f"itl_{q}_s"]) for q in ("p50", "p90", "p99"))),
