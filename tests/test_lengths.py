@@ -9,6 +9,7 @@ carry a stall, a step of the distribution), p99 −1 / −20 / −32%; E2E p99 +
 
 from __future__ import annotations
 
+import csv
 import io
 
 import numpy as np
@@ -171,3 +172,21 @@ def test_the_benchmark_sharegpt_preset_is_its_published_sample():
             assert np.percentile(rows[:, column], float(q[1:])) == pytest.approx(published[key][q], abs=0.05)
     bench, papers = preset("sharegpt-bench"), preset("sharegpt")
     assert np.std(np.log(bench.output_tokens)) > 2 * np.std(np.log(papers.output_tokens))
+
+
+def test_a_row_may_cite_its_runs_own_lengths_file(tmp_path):
+    """A `predict` row's `lengths` may name a CSV of its run's requests, read beside the CSV that holds the row;
+    a missing one is that row's error, naming the column, and the other rows still run."""
+    from estimator.validation.predict import predict_file
+    (tmp_path / "mine.csv").write_text("prompt,output\n100,50\n200,0\n300,400\n")
+    row = ("h100,1,llama-3.1-8b,bf16,,200,150,throughput_out_tps,vLLM,3")
+    (tmp_path / "rows.csv").write_text("id,hardware,n_gpus,model,weight_format,batch,input_len,output_len,metric,"
+                                       f"engine,num_requests,lengths\na,{row},mine.csv\nb,{row},missing.csv\n"
+                                       f"c,{row},\n")
+    predict_file(str(tmp_path / "rows.csv"), str(tmp_path / "out.csv"))
+    with (tmp_path / "out.csv").open(newline="") as fh:
+        own, missing, mean_only = csv.DictReader(fh)
+    assert own["status"] == mean_only["status"] == "ok"
+    assert float(own["predicted"]) < float(mean_only["predicted"])   # the 400-token reply ends the run
+    assert missing["status"] == "invalid" and "column 'lengths'" in missing["reason"]
+    assert "missing.csv" in missing["reason"] and "Error" not in missing["reason"]

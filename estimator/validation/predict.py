@@ -180,6 +180,9 @@ def serving_from_row(row: dict) -> ServingOptions:
     lengths = _cell(row, "lengths")
     if lengths.endswith(".csv"):   # the run's own requests, relative to the folder of the CSV that holds the row
         options["lengths"] = str(Path(row.get("folder") or ".") / lengths)
+        if not Path(options["lengths"]).is_file():
+            raise ConfigurationError(f"column 'lengths': no file {lengths!r} beside the CSV that holds the row "
+                                     "(a CSV of prompt,output per request, or a length preset)")
     elif lengths:   # the dataset the requests came from (a preset), at the row's mean lengths
         options["lengths"] = preset_at_means(lengths, _number(row, "input_len", 1.0, minimum=1.0),
                                              _number(row, "output_len", 1.0, minimum=1.0))
