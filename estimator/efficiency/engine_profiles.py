@@ -151,15 +151,20 @@ class EngineProfile(Frozen):
             raise ValueError("a profile with other runtimes names its own (runtime), not among them")
         return self
 
+    @property
+    def runtime_names(self) -> tuple[str, ...]:
+        """The execution paths a run may name: the profile's own first, then its other runtimes."""
+        return tuple(n for n in (self.runtime, *self.runtimes) if n)
+
     def runtime_of(self, engine_version: str = "", runtime: str = "") -> str:
         """The runtime a run used: ``runtime`` when stated (the profile's own or one of its runtimes, else
         UnknownNameError), else the default of release ``engine_version`` (the current release's when it is
         unstated or names no release)."""
         if runtime:
             key = runtime.strip().lower()
-            if key != (self.runtime or "").lower() and key not in self.runtimes:
-                known = ", ".join(n for n in (self.runtime, *self.runtimes) if n) or "none"
-                raise UnknownNameError(f"unknown runtime {runtime!r} for {self.name}: known {known}")
+            if key not in self.runtime_names:
+                raise UnknownNameError(f"unknown runtime {runtime!r} for {self.name}: known "
+                                       f"{', '.join(self.runtime_names) or 'none'}")
             return key
         version = release_of(engine_version)
         covering = [r for r in self.releases if version is not None and r.covers(version)]
@@ -228,7 +233,8 @@ class EngineProfile(Frozen):
                                        "fit": variant.fit if variant else None})
 
 
-BACKEND_MARK = "@"   # llama.cpp@vulkan: on a named backend; vLLM@0.7.3: as that release ran; TensorRT-LLM@tensorrt: a runtime
+# llama.cpp@vulkan: on a named backend; vLLM@0.7.3: as that release ran; TensorRT-LLM@tensorrt: on a runtime
+BACKEND_MARK = "@"
 BACKENDS = ("cuda", "rocm", "metal", "vulkan", "sycl", "cpu")   # the backends a profile's variants may name
 
 
@@ -269,11 +275,10 @@ def engine(name: str) -> EngineProfile:
     key = normalize(base)
     for profile in load_engines():
         if key in {normalize(profile.name), *map(normalize, profile.aliases)}:
-            if release_of(suffix) or suffix in profile.runtimes or (suffix and suffix == profile.runtime):
+            if release_of(suffix) or suffix in profile.runtime_names:
                 return profile.as_run(suffix)
             if BACKEND_MARK in name and suffix not in BACKENDS:
-                runtimes = ", ".join(n for n in (profile.runtime, *profile.runtimes) if n)
-                runtimes = f" or a runtime ({runtimes})" if runtimes else ""
+                runtimes = f" or a runtime ({', '.join(profile.runtime_names)})" if profile.runtime_names else ""
                 raise UnknownNameError(f"unknown engine backend {suffix!r} in {name!r}: after {BACKEND_MARK} give a "
                                        f"backend ({', '.join(BACKENDS)}), a release number (vLLM@0.7.3){runtimes}.")
             return profile.on_backend(suffix)

@@ -61,8 +61,9 @@ LOAD_COLUMNS = ("steady_batch", "request_rate", "saturated", "max_rate", "ttft_p
                 "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_p99_s", "queued_requests",
                 "max_running_sequences", "backlog_wait_s")
 # With num_requests and no load, a sweep also returns the all-at-once run's phases, limits and percentiles.
-ALL_AT_ONCE_COLUMNS = ("prefill_phase_s", "run_duration_s", "running_batch", "max_running_sequences", "queued_requests", "ttft_p50_s",
-                       "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_p99_s")
+ALL_AT_ONCE_COLUMNS = ("prefill_phase_s", "run_duration_s", "running_batch", "max_running_sequences",
+                       "queued_requests", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s",
+                       "itl_p99_s", "e2e_p99_s")
 # The columns a sweep returns unless ``detail=True`` asks for the ledgers too.
 MAIN_COLUMNS = ("ttft_s", "prefill_tps", "itl_s", "decode_tps_per_seq", "decode_tps_total", "e2e_latency_s",
                 "tpot_inclusive_s", "throughput_out_tps", "prefill_bound", "decode_bound", "memory_required_bytes",

@@ -81,10 +81,11 @@ def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, 
     n, T_pf, P, O, K, d1, dn, mixed = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (
         requests, prefill_s, prompt_tokens, output_tokens, step_tokens, step_one_s, step_all_s, mixed)))
     mixed = mixed > 0
-    G = POSITIONS if outputs is None else np.shape(outputs)[-1]
     if outputs is None:
+        G = POSITIONS
         each = np.broadcast_to(O[..., None], O.shape + (G,))
     else:   # a stride through the lengths, coprime with G, so admission order says nothing of length
+        G = np.shape(outputs)[-1]
         stride = next(k for k in range(G // 2 + 1, G + 1) if math.gcd(k, G) == 1)
         each = np.broadcast_to(np.asarray(outputs, dtype=float), O.shape + (G,))[..., (np.arange(G) * stride) % G]
     steps = np.maximum(np.ceil(n * P / np.maximum(K, 1.0)), 1.0)

@@ -102,7 +102,10 @@ def _row_problem(row: dict, seen: set) -> str | None:
             return f"{key} {row.get(key)!r} is not one of {', '.join(a for a in allowed if a)}"
     if not DATE.match(row.get("date", "")):
         return f"date {row.get('date')!r} is not YYYY-MM or YYYY-MM-DD"
-    return _engine_problem(row.get("engine") or "", row.get("runtime") or "", row.get("framework") or "")
+    name = row.get("engine") or ""
+    # the framework text picks the profile only where the engine cell names none: key the cache on it only then
+    framework = (row.get("framework") or "") if name.lower() in ("", "other") else ""
+    return _engine_problem(name, row.get("runtime") or "", framework)
 
 
 @lru_cache(maxsize=None)
