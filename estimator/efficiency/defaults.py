@@ -44,6 +44,10 @@ GROUP_ORDER = tuple(DEVICE_GROUPS)
 CLASS_ORDER = tuple(c.value for c in DeviceClass)
 
 
+# The head sizes MLX builds its vector decode attention for (sdpa_vector; docs/formulas.md §13).
+VECTOR_ATTENTION_HEAD_DIMS = (64, 96, 128, 256)
+
+
 class EngineDefaults(Frozen):
     """A generic serving engine: kernel efficiencies and fixed per-step costs."""
 
@@ -116,6 +120,18 @@ class EngineDefaults(Frozen):
                                    "head over its g = n_h/n_kv query heads (mlx-lm's hand-written attention), so "
                                    "attention reads the cache g times but copies nothing; a property of the "
                                    "engine's code, never fitted")
+    vector_decode_attention: bool = Field(
+        default=False, description="its fused attention of a decode pass is a vector kernel: every query head's "
+                                   "threads score each key on the FP32 SIMD lanes, one 32-lane reduction per key "
+                                   "(MLX's sdpa_vector, for up to 8 new tokens a sequence, a head size of 64, 96, "
+                                   "128 or 256 and at most 32 query rows per KV head), so that attention's FLOPs "
+                                   "run at vector_attention_eff of the device's FP32 peak, not at its matrix "
+                                   "rate (docs/formulas.md §13); a property of the engine's code, never fitted")
+    vector_attention_eff: float = Field(
+        default=0.10, gt=0, le=1, description="the share of the device's FP32 peak that vector decode kernel "
+                                              "(vector_decode_attention) reaches; the default is the order of "
+                                              "MLX's published timings of it, 0.07-0.19 on three Apple GPUs "
+                                              "(docs/formulas.md §13); fitted")
     score_bits: Literal[16, 32] = Field(
         default=16, description="bits of a score element each pass of its unfused attention moves: 32 where the "
                                 "score matmul writes F32 (llama.cpp: ggml_mul_mat's result is F32, and its softmax "
@@ -206,6 +222,16 @@ class EngineDefaults(Frozen):
         """Whether a pass's attention scores stay on chip, per configuration: with flash attention, or on an engine
         whose attention without it still runs a fused kernel (``nonflash_scores_on_chip``; docs/formulas.md §13)."""
         return np.asarray(fused_attention, dtype=bool) | self.nonflash_scores_on_chip
+
+    def vector_decode(self, m, fused_attention, q):
+        """Whether a decode pass of ``q`` new tokens a sequence runs the engine's vector attention kernel, per
+        configuration of model columns ``m``: where the engine has one (``vector_decode_attention``) and the pass
+        meets its conditions (MLX's ScaledDotProductAttention::use_fallback): fused attention, not MLA, a head
+        size it is built for, q ≤ 8 and q·g ≤ 32 query rows per KV head."""
+        q = np.asarray(q, dtype=float)
+        group = m["heads"] / np.where(m["kv_heads"] > 0, m["kv_heads"], 1.0)
+        return (self.vector_decode_attention & np.asarray(fused_attention, dtype=bool) & (m["is_mla"] == 0)
+                & np.isin(m["head_dim"], VECTOR_ATTENTION_HEAD_DIMS) & (q <= 8) & (q * group <= 32))
 
     def attended_kv_bits(self, kv_bits):
         """Bits per element of the cache attention reads: 16 where the engine widens a quantized cache to a

@@ -38,6 +38,9 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
     return {
         "linear_flops_per_s": peak_linear_flops_per_s * compute_eff * fp4_share,
         "attention_flops_per_s": hw["attention_flops_per_s"] * attention_eff,
+        # a vector decode-attention kernel's FLOPs run on the FP32 lanes (vector_decode_attention); NaN: no FP32 peak
+        "vector_attention_flops_per_s": np.asarray(hw.get("fp32_flops_per_s", np.nan), dtype=float)
+        * engine.vector_attention_eff,
         "weight_bytes_per_s": bandwidth * weight_scale * f["engine_bandwidth_eff"],
         "weight_engine_factor": weight_engine_factor,   # the engine's share of the device's weight stream
         "stream_bytes_per_s": bandwidth,   # contiguous elementwise kernels: the device's own rate
@@ -49,3 +52,14 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
                                           kv_expand, np.fmin(bandwidth, KV_EXPAND_BYTES_PER_FP32_FLOP
                                                              * hw.get("fp32_flops_per_s", np.nan))),
     }
+
+
+def with_vector_attention(rates: dict, vector) -> dict:
+    """``rates`` for a pass whose attention, where ``vector``, is the engine's vector decode kernel
+    (EngineDefaults.vector_decode): its FLOPs at that kernel's share of the FP32 peak, the matrix rate elsewhere and
+    on a device that lists no FP32 peak (docs/formulas.md §13)."""
+    use = np.asarray(vector, dtype=bool) & np.isfinite(rates["vector_attention_flops_per_s"])
+    if not np.any(use):
+        return rates
+    return {**rates, "attention_flops_per_s": np.where(use, rates["vector_attention_flops_per_s"],
+                                                       rates["attention_flops_per_s"])}

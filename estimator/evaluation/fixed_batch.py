@@ -15,9 +15,10 @@ import numpy as np
 
 from estimator.efficiency.calibration_profile import weight_stream_eff_at
 from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults, memory_budget
-from estimator.efficiency.rates import effective_rates
+from estimator.efficiency.rates import effective_rates, with_vector_attention
 from estimator.errors import ConfigurationError
 from estimator.evaluation.columns import WEIGHT_STREAM_KEYS
+from estimator.evaluation.speeds import phase_speeds
 from estimator.physics import flops as fl
 from estimator.physics import traffic as tr
 from estimator.physics.expert_skew import busiest_rank, distinct_experts
@@ -79,9 +80,10 @@ class _Setup:
     tp_link: np.ndarray        # bytes/s the TP collectives run at
     pp_link: np.ndarray        # bytes/s between pipeline stages
     attention_dp: np.ndarray   # 1: attention runs data-parallel over the tp ranks (docs/formulas.md §8)
-    # how the engine's attention treats the kernel asked for (docs/formulas.md §13): whether its scores stay on chip,
-    # whether it copies grouped KV heads out or broadcasts them (reading them g times), and the bits of the cache
-    # it reads
+    # how the engine's attention treats the kernel asked for (docs/formulas.md §13): whether it runs fused, whether
+    # its scores stay on chip, whether it copies grouped KV heads out or broadcasts them (reading them g times), and
+    # the bits of the cache it reads
+    fused_attention: np.ndarray
     scores_on_chip: np.ndarray
     expands_kv: np.ndarray
     broadcasts_kv: np.ndarray
@@ -129,28 +131,31 @@ def _expert_kernels(s: _Setup, flops: dict, tokens) -> dict:
     return {**flops, "linear": flops["linear"] + padding}
 
 
-def _pass_rates(s: _Setup, tokens) -> dict:
+def _pass_rates(s: _Setup, tokens, vector_attention=False) -> dict:
     """The device rates for a pass of ``tokens`` rows: on a calibrated device whose profile measured the decode
-    curve, weights stream at its rate for that many rows (docs/formulas.md §13) instead of the read plateau."""
+    curve, weights stream at its rate for that many rows (docs/formulas.md §13) instead of the read plateau;
+    attention at the vector kernel's where ``vector_attention`` (:func:`with_vector_attention`)."""
+    rates = with_vector_attention(s.rates, vector_attention)
     if WEIGHT_STREAM_KEYS[0] not in s.hw:
-        return s.rates
+        return rates
     eff = weight_stream_eff_at([s.hw[k] for k in WEIGHT_STREAM_KEYS], tokens)
     curve = np.isfinite(eff)
     # an engine that runs PyTorch's own GEMMs streams at the measured rate; another keeps its factor on top
     engine_factor = 1.0 if s.engine.torch_kernels else s.rates["weight_engine_factor"]
     measured = s.hw["bandwidth_bytes_per_s"] * np.where(curve, eff, 1.0) * engine_factor
-    return {**s.rates, "weight_bytes_per_s": np.where(curve, measured, s.rates["weight_bytes_per_s"])}
+    return {**rates, "weight_bytes_per_s": np.where(curve, measured, rates["weight_bytes_per_s"])}
 
 
-def _stage(s: _Setup, flops: dict, bytes_: dict, tokens, eager_s=0.0) -> dict:
+def _stage(s: _Setup, flops: dict, bytes_: dict, tokens, eager_s=0.0, vector_attention=False) -> dict:
     """One pipeline-stage pass of a micro-batch of ``tokens`` new tokens, offload included; ``eager_s``: host time
-    of launching the pass's kernels from Python, beside the device's work (:func:`eager_prefill_time`)."""
+    of launching the pass's kernels from Python, beside the device's work (:func:`eager_prefill_time`);
+    ``vector_attention``: where its attention is the engine's vector decode kernel (EngineDefaults.vector_decode)."""
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
         flops, bytes_ = _busiest_rank(s, flops, bytes_, tokens)
     if s.engine.expert_tile_tokens > 0:
         flops = _expert_kernels(s, flops, tokens)
     devices = s.tp * s.pp
-    rates = _pass_rates(s, tokens)
+    rates = _pass_rates(s, tokens, vector_attention)
     queued_s, overhead_s = pass_host_time(*host_costs(s.engine, s.hw), s.m, tokens, s.pp, s.ep, s.cpu_layers,
                                         s.serving["expert_skew"], overlaps_device(s.engine, s.hw))
     queued_s = queued_s + eager_s
@@ -238,7 +243,9 @@ def _decode(s: _Setup, b, micro, spans, q=1):
     flops, bytes_ = _busiest_attention_rank(s, flops, bytes_, b)
     if np.any(np.asarray(s.serving["expert_skew"]) > 0):
         flops, bytes_ = _skewed(s, flops, bytes_, b * q)
-    phase = _phase(_stage(s, flops, bytes_, b * q), np.maximum(micro, s.pp), _host_step_s(s, b, micro),
+    vector = s.engine.vector_decode(s.m, s.fused_attention, q)
+    phase = _phase(_stage(s, flops, bytes_, b * q, vector_attention=vector), np.maximum(micro, s.pp),
+                   _host_step_s(s, b, micro),
                    pipeline_transfer_time(s.m, b * q, s.pp, s.engine.allreduce_latency_s, s.pp_link))
     return flops, bytes_, phase
 
@@ -358,7 +365,7 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     network = np.asarray(layout.get("network_bytes_per_s", DEFAULT_NETWORK_BYTES_PER_S), dtype=float)
     s = _Setup(m, hw, f, kv_bits, tp, pp, ep, serving, engine, effective_rates(hw, f, peak_linear_flops_per_s, engine),
                host, share, cpu_layers, tp_link_bytes_per_s(hw, tp, node, network),
-               pp_link_bytes_per_s(hw, tp, pp, node, network), attention_dp, scores_on_chip,
+               pp_link_bytes_per_s(hw, tp, pp, node, network), attention_dp, fused_attention, scores_on_chip,
                engine.expands_kv_heads(fused_attention), engine.broadcasts_kv_heads(fused_attention),
                engine.attended_kv_bits(kv_bits), np.asarray(budget["chunk_tokens"], dtype=float))
 
@@ -378,7 +385,7 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     tier_s = _tier_load_s(s, free_kv_bytes, b, micro, cached - prefix, tp * pp)
     ttft_s = prefill["time_s"] + tier_s + draft_prefill_s
 
-    out = _speeds(B, T, O, cached, ttft_s, itl_s, steps)
+    out = phase_speeds(B, T, O, cached, ttft_s, itl_s, steps)
     out["speculative_speedup"] = decode["time_s"] / itl_s
     if end_step:   # the last step attends to the whole context: where a long (reasoning) output ends
         end = (hi, mean_span(hi, hi, m["window"]), mean_span(hi, hi, m["attn_topk"]))
@@ -429,18 +436,6 @@ def _tier_load_s(s: _Setup, free_kv_bytes, b, micro, hit_tokens, devices):
     hit_bytes = kv_cache_bytes_per_sequence(s.m, s.kv_bits, hit_tokens, tr.kv_split_ranks(s.tp, s.attention_dp)) \
         / devices * b * micro
     return tier_load_time(hit_bytes, tier_bytes / devices, free_kv_bytes, rate)
-
-
-def _speeds(B, T, O, cached, prefill_s, itl_s, steps) -> dict:
-    """Latencies and rates from the phase times (definitions in docs/conventions.md)."""
-    ttft_s = np.where(T > 0, prefill_s, 0.0)
-    e2e_s = ttft_s + steps * itl_s
-    return {
-        "ttft_s": ttft_s, "prefill_tps": B * (T - cached) / np.where(ttft_s > 0, ttft_s, 1.0),
-        "itl_s": itl_s, "decode_tps_per_seq": 1.0 / itl_s, "decode_tps_total": B / itl_s,
-        "e2e_latency_s": e2e_s, "tpot_inclusive_s": e2e_s / O, "throughput_out_tps": B * O / e2e_s,
-        "decode_steps": steps + 0 * itl_s,
-    }
 
 
 def _critical_batch(s: _Setup, b):

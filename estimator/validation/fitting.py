@@ -1,6 +1,6 @@
 """Fit engine parameters to published measurements, within physical bounds.
 
-For each engine, fourteen parameters are fitted by bounded least squares on the log error,
+For each engine, fifteen parameters are fitted by bounded least squares on the log error,
 log(predicted / measured), over all of that engine's rows, across every device and model (never one
 parameter per data point). Each is the **product** the estimate uses, as a fraction of the datasheet,
 on the group's typical device (its default device efficiency times the engine's):
@@ -8,8 +8,10 @@ on the group's typical device (its default device efficiency times the engine's)
     θ = (bandwidth fraction of 16/8-bit weight streaming on datacenter, desktop and unified devices,
          the same for dequantizing kernels (weight-only int4/int8, GGUF, FP4), dense-compute fraction on
          the three groups, per-step, per-layer and per-sequence-per-step overheads, the share of
-         the tokens' worth of FLOPs each MoE expert a pass touches costs beyond its own tokens, and the
-         bandwidth fraction at which the attention kernels read the KV cache, on the datacenter device)
+         the tokens' worth of FLOPs each MoE expert a pass touches costs beyond its own tokens, the
+         bandwidth fraction at which the attention kernels read the KV cache, on the datacenter device,
+         the FP4 GEMMs' share, and the FP32 fraction a vector decode-attention kernel reaches, fitted only
+         for an engine that has one)
 
 so the physical bounds are plain boxes: weights and the KV cache stream at no more than 0.95 of
 datasheet bandwidth, compute reaches no more
@@ -51,7 +53,7 @@ from estimator.validation.workers import map_in_workers
 GROUPS = tuple(DEVICE_GROUPS)
 PARAMETER_NAMES = (*(f"bandwidth_{g}" for g in GROUPS), *(f"dequant_bandwidth_{g}" for g in GROUPS),
                    *(f"compute_{g}" for g in GROUPS), "per_step_s", "per_layer_s", "per_sequence_s",
-                   "expert_tile_tokens", "kv_bandwidth_datacenter", "fp4_compute_scale")
+                   "expert_tile_tokens", "kv_bandwidth_datacenter", "fp4_compute_scale", "vector_attention")
 # The default device efficiencies of each group's typical device (HBM or GDDR cards, unified-memory SoCs):
 # a fitted product divided by them is the engine's own factor.
 TYPICAL_DEVICE = {"datacenter": HBM, "desktop": GDDR, "unified": UNIFIED}
@@ -64,7 +66,7 @@ PRIOR = np.array([*(GENERIC_ENGINE.bandwidth_eff["native"] * TYPICAL_DEVICE[g].b
                   *(GENERIC_ENGINE.compute_eff * TYPICAL_DEVICE[g].compute_eff for g in GROUPS),
                   GENERIC_ENGINE.per_step_s, GENERIC_ENGINE.per_layer_s, PRIOR_PER_SEQUENCE_S,
                   PRIOR_EXPERT_TILE_TOKENS, GENERIC_ENGINE.kv_bandwidth_eff * HBM.bandwidth_eff,
-                  GENERIC_ENGINE.fp4_compute_scale])
+                  GENERIC_ENGINE.fp4_compute_scale, GENERIC_ENGINE.vector_attention_eff])
 # Physical bounds. Bandwidth: 0.95 of datasheet (the best kernels measure 0.8-0.9, docs/formulas.md §9).
 # Compute: the dense peak. Per step: 10 ms (a scheduler and sampler step of a serving engine under load
 # is 1-5 ms); per layer: 100 us (about 20 eager kernel launches of 5 us; 1.3 us each under CUDA graphs);
@@ -75,9 +77,10 @@ DATACENTER_COMPUTE_UPPER = min(1.0, HBM.compute_eff / max(matmul_ceilings().valu
 # MoE expert GEMMs: each touched expert costs the FLOPs of 0.01 to 1,024 more tokens (a 128-row tile is
 # the largest common GEMM tile; eight of them is far beyond any padding or routing cost). FP4 GEMMs reach
 # 0.1 to 1 times the share of their peak the engine's other GEMMs reach of theirs: never more, since each
-# also quantizes its activations and handles block scales; the product stays under the dense FP4 peak.
-LOWER = np.array([*[0.05] * 6, *[0.01] * 3, 1e-6, 1e-7, 1e-8, 0.01, 0.05, 0.1])
-UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4, 1e-4, 1024.0, 0.95, 1.0])
+# also quantizes its activations and handles block scales; the product stays under the dense FP4 peak. A vector
+# decode-attention kernel reaches 0.01 to 1 of the FP32 peak: its lanes never issue more than one FMA a cycle.
+LOWER = np.array([*[0.05] * 6, *[0.01] * 3, 1e-6, 1e-7, 1e-8, 0.01, 0.05, 0.1, 0.01])
+UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4, 1e-4, 1024.0, 0.95, 1.0, 1.0])
 # An engine that issues its ops one at a time from Python (eager PyTorch) pays the host's time per op on
 # every layer: about 35 ops (norms, projections, attention, the KV-cache writes and GQA expansion, MLP) at
 # the 10-25 us a launched op costs from Python (two H200 profiles, in two VMs, measured 9.3 and 6.2 us for a
@@ -94,6 +97,7 @@ METAL_MAX_PER_LAYER_S = 50 * METAL_DISPATCH_S
 PER_LAYER = PARAMETER_NAMES.index("per_layer_s")
 PER_SEQUENCE, EXPERT_TILE = PARAMETER_NAMES.index("per_sequence_s"), PARAMETER_NAMES.index("expert_tile_tokens")
 KV_BANDWIDTH = PARAMETER_NAMES.index("kv_bandwidth_datacenter")
+VECTOR_ATTENTION = PARAMETER_NAMES.index("vector_attention")
 # Weight of the prior, per parameter, in units of log error: a factor e away from the default
 # costs as much as one row predicted e times off.
 PRIOR_WEIGHT = 0.3
@@ -116,6 +120,7 @@ TYPICAL_LOG_EFF = np.log([*[TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS] * 2
 # cost per routed expert, prompts run in micro-batches, experts run as mat-vecs): carried from its profile into a
 # fit, never fitted.
 KERNEL_PROPERTIES = ("fp16_accumulate", "attention_fp16_accumulate_share", "torch_kernels", "eager_host",
+                     "vector_decode_attention",
                      "per_expert_s", "prefill_in_ubatches", "expert_matvec_tokens", "expands_grouped_kv",
                      "broadcasts_grouped_kv", "caps_scores_in_fused_attention", "score_bits", "dequantizes_kv_cache",
                      "nonflash_scores_on_chip", "unfused_elementwise", "reference_decoder")
@@ -141,7 +146,7 @@ def parameters_from(theta, **properties) -> EngineDefaults:
         compute_eff=compute["datacenter"],
         compute_eff_by_group=compute, per_step_s=values["per_step_s"], per_layer_s=values["per_layer_s"],
         per_sequence_s=values["per_sequence_s"], expert_tile_tokens=values["expert_tile_tokens"],
-        fp4_compute_scale=values["fp4_compute_scale"],
+        fp4_compute_scale=values["fp4_compute_scale"], vector_attention_eff=values["vector_attention"],
         allreduce_latency_s=GENERIC_ENGINE.allreduce_latency_s, **properties,
         basis="fitted: estimator/validation/fitting.py on measurements_db (see the profile's fit record)")
 
@@ -154,7 +159,8 @@ def theta_of(p: EngineDefaults) -> np.ndarray:
     compute = [p.compute_eff_by_group.get(g, p.compute_eff) * TYPICAL_DEVICE[g].compute_eff for g in GROUPS]
     return np.array([*bandwidth, *dequantizing, *compute, p.per_step_s, p.per_layer_s,
                      max(p.per_sequence_s, LOWER[PER_SEQUENCE]), max(p.expert_tile_tokens, LOWER[EXPERT_TILE]),
-                     p.kv_bandwidth_eff * TYPICAL_DEVICE["datacenter"].bandwidth_eff, p.fp4_compute_scale])
+                     p.kv_bandwidth_eff * TYPICAL_DEVICE["datacenter"].bandwidth_eff, p.fp4_compute_scale,
+                     p.vector_attention_eff])
 
 
 @dataclass
@@ -263,7 +269,7 @@ def _least_squares(rows: Problem, name: str, inherited: dict[int, float] | None 
 
     kernels = _kernel_properties(name)
     prior, lower, upper = prior_and_bounds(name)
-    free = np.ones(len(prior), dtype=bool)
+    free = _applies(kernels)
     held = np.log(prior)
     for i, value in (inherited or {}).items():
         free[i], held[i] = False, np.log(value)
@@ -292,6 +298,14 @@ class Solution:
     log_theta: np.ndarray
     free: np.ndarray
     rows: int
+
+
+def _applies(kernels: dict) -> np.ndarray:
+    """Which parameters mean anything for an engine with these kernel properties: the vector decode-attention
+    kernel's share only where the engine has that kernel; the others stay at their priors, unfitted and unrecorded."""
+    applies = np.ones(len(PARAMETER_NAMES), dtype=bool)
+    applies[VECTOR_ATTENTION] = kernels["vector_decode_attention"]
+    return applies
 
 
 def _inherited(problem: Problem, name: str) -> dict[int, float]:
@@ -373,6 +387,7 @@ def fit_record(problem: Problem, name: str) -> dict:
     # no rows on) is set by the prior and the pull between groups alone: it has no standard error, and its
     # sitting on a bound says nothing; nor has an inherited one.
     identified = free & np.any(np.abs(jac[:n]) > 0, axis=0)
+    applies = _applies(_kernel_properties(name))
     on_bound = identified & at_bound(log_theta, lower, upper)
     # four significant digits, kept inside the box (a value on a bound must not round past it)
     value = np.clip([float(f"{x:.4g}") for x in theta], lower, upper)
@@ -381,4 +396,4 @@ def fit_record(problem: Problem, name: str) -> dict:
               "stderr": float(f"{theta[i] * log_se[i]:.3g}") if identified[i] else None,
               "on_bound": bool(on_bound[i]),
               **({"inherited": True} if not free[i] else {} if identified[i] else {"identified": False})}
-        for i, key in enumerate(PARAMETER_NAMES)}}
+        for i, key in enumerate(PARAMETER_NAMES) if applies[i]}}
