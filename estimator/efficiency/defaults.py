@@ -44,8 +44,11 @@ GROUP_ORDER = tuple(DEVICE_GROUPS)
 CLASS_ORDER = tuple(c.value for c in DeviceClass)
 
 
-# The head sizes MLX builds its vector decode attention for (sdpa_vector; docs/formulas.md §13).
+# Where MLX runs its vector decode attention (sdpa_vector; ScaledDotProductAttention::use_fallback, docs/formulas.md
+# §13): the head sizes it is built for, the most new tokens a sequence, the most query rows per KV head (q·g).
 VECTOR_ATTENTION_HEAD_DIMS = (64, 96, 128, 256)
+VECTOR_ATTENTION_MAX_QUERY_TOKENS = 8
+VECTOR_ATTENTION_MAX_QUERY_ROWS = 32
 
 
 class EngineDefaults(Frozen):
@@ -231,7 +234,8 @@ class EngineDefaults(Frozen):
         q = np.asarray(q, dtype=float)
         group = m["heads"] / np.where(m["kv_heads"] > 0, m["kv_heads"], 1.0)
         return (self.vector_decode_attention & np.asarray(fused_attention, dtype=bool) & (m["is_mla"] == 0)
-                & np.isin(m["head_dim"], VECTOR_ATTENTION_HEAD_DIMS) & (q <= 8) & (q * group <= 32))
+                & np.isin(m["head_dim"], VECTOR_ATTENTION_HEAD_DIMS) & (q <= VECTOR_ATTENTION_MAX_QUERY_TOKENS)
+                & (q * group <= VECTOR_ATTENTION_MAX_QUERY_ROWS))
 
     def attended_kv_bits(self, kv_bits):
         """Bits per element of the cache attention reads: 16 where the engine widens a quantized cache to a

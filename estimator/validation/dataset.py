@@ -83,7 +83,7 @@ def _file_problem(row: dict, folder, column: str, suffix: str = "") -> str | Non
     """A file a row cites (its ``calibration`` profile, its run's ``lengths`` when that names a CSV) must be a file
     of the collection's folder, named by a relative path (the dataset is read wherever the package is installed)."""
     name = row.get(column) or ""
-    if name.endswith(suffix) and name and (name.startswith("/") or ".." in name or not folder.joinpath(name).is_file()):
+    if name and name.endswith(suffix) and (name.startswith("/") or ".." in name or not folder.joinpath(name).is_file()):
         return f"{column} {name!r} is not a file under measurements_db/"
     return None
 
