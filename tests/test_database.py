@@ -90,6 +90,27 @@ class TestHardwareEntry:
         assert any(a.startswith("NVIDIA ") for a in [hw.name, *hw.aliases])
 
 
+M5_FAMILY = ("Apple M5 (10-core GPU)", "Apple M5 Pro (20-core GPU)", "Apple M5 Max (40-core GPU)")
+
+
+def test_the_m5_matrix_peak_is_four_times_the_same_cores_fp32_rate():
+    """Apple publishes no matrix rate for the M5 GPU cores' Neural Accelerators; hardware_db derives it as four
+    times a core's FP32 lanes at the same clock (Apple's "more than four times" the M4's AI compute), so the two
+    fields of each chip agree as bus width and data rate do."""
+    for name in M5_FAMILY:
+        peak = DB.hardware.get(name).peak_flops_per_s
+        assert peak("fp16") == pytest.approx(4 * peak("fp32"), rel=0.005), name
+
+
+def test_a_published_m5_max_prompt_rate_stays_under_the_derived_peak():
+    """mlx-lm prefills Llama-3.1-8B 4-bit, 512 tokens, at 3,185 tokens/s on an M5 Max (lablup/mlxcel,
+    benchmarks/pylm_m5max_2026-09-06.csv at commit d6538755): 2 x 8.03e9 FLOP a token, 51 TFLOP/s. The derived
+    peak must hold it; the FP32 rate the estimate fell back to before would be beaten threefold."""
+    hw = DB.hardware.get("Apple M5 Max (40-core GPU)")
+    measured_flops_per_s = 2 * 8.03e9 * 3185.37
+    assert hw.peak_flops_per_s("fp16") > measured_flops_per_s > 3 * hw.peak_flops_per_s("fp32")
+
+
 @pytest.mark.parametrize("name", MODELS)
 class TestModelEntry:
     def test_sources_are_urls(self, name):
