@@ -232,10 +232,9 @@ class EngineDefaults(Frozen):
         meets its conditions (MLX's ScaledDotProductAttention::use_fallback): fused attention, not MLA, a head
         size it is built for, q ≤ 8 and q·g ≤ 32 query rows per KV head."""
         q = np.asarray(q, dtype=float)
-        group = m["heads"] / np.where(m["kv_heads"] > 0, m["kv_heads"], 1.0)
         return (self.vector_decode_attention & np.asarray(fused_attention, dtype=bool) & (m["is_mla"] == 0)
                 & np.isin(m["head_dim"], VECTOR_ATTENTION_HEAD_DIMS) & (q <= VECTOR_ATTENTION_MAX_QUERY_TOKENS)
-                & (q * group <= VECTOR_ATTENTION_MAX_QUERY_ROWS))
+                & (q * m["query_heads_per_kv_head"] <= VECTOR_ATTENTION_MAX_QUERY_ROWS))
 
     def attended_kv_bits(self, kv_bits):
         """Bits per element of the cache attention reads: 16 where the engine widens a quantized cache to a

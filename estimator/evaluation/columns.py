@@ -82,6 +82,7 @@ def _model_row(model: ModelSpec) -> dict[str, float]:
         "window": s.sliding_window or 0,
         "heads": s.num_attention_heads,
         "kv_heads": s.num_kv_heads,
+        "query_heads_per_kv_head": s.num_attention_heads // s.num_kv_heads,   # g of grouped-query attention
         "head_dim": s.head_dim,
         "is_mla": float(s.mla is not None),
         "softcapped_scores": float(s.attention_logit_softcap is not None),

@@ -205,8 +205,8 @@ def kv_head_expansion(m, expands):
     """Heads attention reads per cached KV head: g = n_h / n_kv where the engine copies grouped heads out to
     one per query head before attending (Hugging Face's repeat_kv, ``expands``), else 1. An MLA latent is
     not a grouped head (docs/formulas.md §13)."""
-    grouped = np.asarray(expands, dtype=bool) & (m["is_mla"] == 0) & (m["kv_heads"] > 0)
-    return np.where(grouped, m["heads"] / np.where(m["kv_heads"] > 0, m["kv_heads"], 1.0), 1.0)
+    grouped = np.asarray(expands, dtype=bool) & (m["is_mla"] == 0)
+    return np.where(grouped, m["query_heads_per_kv_head"], 1.0)
 
 
 def score_passes(m):
