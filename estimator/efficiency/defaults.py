@@ -84,6 +84,12 @@ class EngineDefaults(Frozen):
     per_sequence_s: float = Field(
         default=0.0, ge=0, description="host time per sequence per step (scheduling, sampling, detokenizing), "
                                        "which a step pays on top of per_step_s; it grows the step with the batch")
+    blocking_output_per_sequence_s: float = Field(
+        default=0.0, ge=0, description="host time per sequence per step during which the device waits: an engine "
+                                       "that processes a step's outputs (detokenizing, stop checks, streaming) "
+                                       "before it schedules the next step pays it on top of per_sequence_s (vLLM's "
+                                       "V0 engine before 0.6.0, docs/formulas.md §14); 0 where outputs are "
+                                       "processed beside the next step. A property of the runtime, never fitted")
     allreduce_latency_s: float = Field(ge=0, description="fixed cost of one small tensor-parallel all-reduce")
     expert_tile_tokens: float = Field(
         default=0.0, ge=0, le=4096, description="MoE grouped GEMMs: every expert a pass touches costs at least the "

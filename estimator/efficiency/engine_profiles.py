@@ -77,7 +77,8 @@ class SchedulerDefaults(Frozen):
         return float("inf") if cap is None else float(cap)
 
 
-SchedulingKey = Literal["prefill_runs_alone", "prefill_chunk_tokens", "graphed_prefill_tokens"]
+SchedulingKey = Literal["prefill_runs_alone", "prefill_chunk_tokens", "graphed_prefill_tokens",
+                        "blocking_output_per_sequence_s"]
 
 
 class Runtime(Frozen):
@@ -85,7 +86,7 @@ class Runtime(Frozen):
     differently (vLLM's V0 engine beside V1; TensorRT-LLM's built TensorRT engines beside its PyTorch backend).
     Only scheduling properties: the fitted efficiencies stay one set across runtimes (docs/formulas.md §12.10)."""
 
-    scheduling: dict[SchedulingKey, bool | int | None] = Field(
+    scheduling: dict[SchedulingKey, bool | int | float | None] = Field(
         description="EngineDefaults values this runtime runs with")
     source: str
 
@@ -178,8 +179,8 @@ class EngineProfile(Frozen):
 
     def as_run(self, suffix: str) -> "EngineProfile":
         """The profile as a release (``vLLM@0.7.3``) or a named runtime (``TensorRT-LLM@tensorrt``) runs:
-        ``name@suffix``, its scheduling where it differs."""
-        by_release = release_of(suffix) is not None
+        ``name@suffix``, its scheduling where it differs. A runtime's name (``v0``) is never read as a release."""
+        by_release = suffix.strip().lower() not in self.runtime_names and release_of(suffix) is not None
         scheduling = dict(self.scheduling_at(suffix, "" if by_release else suffix))
         return self.model_copy(update={"name": f"{self.name}{BACKEND_MARK}{suffix}",
                                        "parameters": self.parameters.model_copy(update=scheduling)})

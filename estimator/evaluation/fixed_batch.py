@@ -229,8 +229,9 @@ def _engine_passes(s: _Setup) -> dict:
 
 
 def _host_step_s(s: _Setup, b, micro):
-    """The engine's host time per step: a fixed part, and a part per sequence of the replica's batch."""
-    return s.engine.per_step_s + s.engine.per_sequence_s * b * micro
+    """The engine's host time per step: a fixed part, and a part per sequence of the replica's batch (with the
+    output processing a runtime does before scheduling the next step, blocking_output_per_sequence_s)."""
+    return s.engine.per_step_s + (s.engine.per_sequence_s + s.engine.blocking_output_per_sequence_s) * b * micro
 
 
 def _decode(s: _Setup, b, micro, spans, q=1):

@@ -127,7 +127,8 @@ KERNEL_PROPERTIES = ("fp16_accumulate", "attention_fp16_accumulate_share", "torc
 # How the engine budgets memory and schedules its steps: its own defaults whatever the backend, so a variant
 # takes its engine's.
 MEMORY_PROPERTIES = ("memory_utilization", "kv_free_fraction", "prefill_chunk_tokens", "prefill_runs_alone",
-                     "embedding_on_host", "graphed_prefill_tokens", "eager_prefill_layer_s")
+                     "embedding_on_host", "graphed_prefill_tokens", "eager_prefill_layer_s",
+                     "blocking_output_per_sequence_s")
 
 
 def parameters_from(theta, **properties) -> EngineDefaults:
