@@ -360,6 +360,12 @@ def test_vllm_before_0_6_processes_outputs_between_steps():
            for version in ("0.5.4", "0.7.3") for batch in (1, 32)}
     assert itl["0.5.4", 32] - itl["0.7.3", 32] == pytest.approx(32 * 103e-6, rel=1e-6)
     assert itl["0.5.4", 1] - itl["0.7.3", 1] == pytest.approx(103e-6, rel=1e-6)
+    # at 256 sequences the step is overhead-bound, and the report says how much of it the outputs take
+    from estimator.reporting.estimate_text import format_estimate
+    text = format_estimate(estimate("llama-3.1-8b", "H100 SXM", engine="vLLM@0.5.4", batch=256))
+    assert "decode: overhead-bound" in text and "26.37 ms of it is processing the step's outputs" in text
+    assert "processing the step's outputs" not in format_estimate(estimate("llama-3.1-8b", "H100 SXM",
+                                                                           engine="vLLM@0.7.3", batch=256))
 
 
 def test_a_stated_runtime_overrides_the_releases_default():

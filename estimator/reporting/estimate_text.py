@@ -62,9 +62,14 @@ def _bound_line(e: Estimate, phase: str) -> str:
         fixed = r[f"{phase}_overhead_s"] + r[f"{phase}_communication_s"]
         why = (f"fixed per-step and per-layer costs and all-reduces ({seconds(fixed)}) exceed the roofline "
                f"time ({seconds(r[f'{phase}_linear_s'] + r[f'{phase}_attention_s'])})")
+        blocking_s = e.engine_profile.parameters.blocking_output_per_sequence_s
         if e.engine_profile.parameters.eager_host:
             why += (" (eager PyTorch: the host launches every op from Python, and the device waits for it; "
                     "docs/formulas.md §13)")
+        elif phase == "decode" and blocking_s > 0:
+            per_replica = r.get("steady_batch", r.get("running_batch", e.batch)) / e.layout.dp
+            why += (f"; {seconds(blocking_s * per_replica)} of it is processing the step's outputs before the next "
+                    f"step is scheduled, as {e.engine_profile.name} does (docs/formulas.md §14)")
         elif phase == "prefill" and r["prefill_launch_excess_s"] > 0:
             graphed = e.engine_profile.parameters.graphed_prefill_tokens
             replays = "for decode steps only" if graphed == 0 else f"only for steps of up to {graphed} tokens"
