@@ -206,7 +206,8 @@ def test_estimate_of_an_all_at_once_run(db):
     common = {"prompt_tokens": 215, "output_tokens": 194, "engine": "vLLM"}
     run = estimate("llama-3.1-8b", "h100", num_requests=500, **common)
     r = run.results
-    assert r["running_batch"] == 500 and r["queued_requests"] == 0 and r["max_running_sequences"] == 1024
+    # all 500 run: the KV cache holds 1,010 such sequences beside vLLM's sampler warm-up, the scheduler 1,024
+    assert r["running_batch"] == 500 and r["queued_requests"] == 0 and r["max_running_sequences"] == 1010
     batch = estimate("llama-3.1-8b", "h100", batch=500, **common)
     # the prompts take the batch's prefill; the mean first token comes about halfway through it
     assert r["prefill_phase_s"] == pytest.approx(batch.ttft_s, rel=0.05)
@@ -325,22 +326,26 @@ def test_a_release_that_prefills_alone_runs_its_closed_loops_in_lockstep():
 
 def test_an_engine_release_selects_only_its_scheduling():
     """vLLM before 0.8.0 (V0) prefills whole prompts in steps of their own, each launched from Python (its CUDA graphs
-    are for decode steps); 0.8.0 and later, an unstated release and a container tag without a release number keep
-    the profile's (V1) scheduling."""
+    are for decode steps); 0.8.0 and later schedule as the profile's V1, and 0.10.0 and later, an unstated release
+    and a container tag without a release number keep all of the profile's properties."""
     from estimator.efficiency.engine_profiles import engine, release_of
     vllm = engine("vLLM")
     assert release_of("0.7.3.dev138+g21f6ca217") == (0, 7, 3) and release_of("NGC 25.09") is None
     assert dict(vllm.scheduling_at("0.7.4.dev181+gf35f8e22")) == {"prefill_runs_alone": True,
                                                                   "prefill_chunk_tokens": None,
-                                                                  "graphed_prefill_tokens": 0}
+                                                                  "graphed_prefill_tokens": 0,
+                                                                  "sampler_warmup_bytes_per_logit": 0.0}
     assert engine("vLLM@rocm").scheduling_at("v0.6.6") == vllm.scheduling_at("0.7.3")
-    for current in ("0.8.0", "0.11.0", "", "NGC 25.09"):
+    for current in ("0.10.0", "0.11.0", "", "NGC 25.09"):
         assert vllm.scheduling_at(current) == ()
+    # 0.8-0.9 schedule as V1 but sized their cache without the sampler warm-up's reserve (test_engine_memory.py)
+    assert dict(vllm.scheduling_at("0.8.5")) == {"sampler_warmup_bytes_per_logit": 0.0}
     assert not vllm.parameters.prefill_runs_alone and vllm.parameters.prefill_chunk_tokens == 8192
     released = engine("vllm@0.7.3")                       # --engine vLLM@0.7.3: the efficiencies stay the profile's
     assert released.name == "vLLM@0.7.3" and released.parameters.prefill_runs_alone
     assert released.parameters.model_copy(update={"prefill_runs_alone": False, "prefill_chunk_tokens": 8192,
-                                                  "graphed_prefill_tokens": 512}) == vllm.parameters
+                                                  "graphed_prefill_tokens": 512,
+                                                  "sampler_warmup_bytes_per_logit": 38.7}) == vllm.parameters
     assert engine("vllm@v0").parameters == released.parameters and engine("vllm@v1").parameters == vllm.parameters
 
 

@@ -78,13 +78,14 @@ class SchedulerDefaults(Frozen):
 
 
 SchedulingKey = Literal["prefill_runs_alone", "prefill_chunk_tokens", "graphed_prefill_tokens",
-                        "blocking_output_per_sequence_s"]
+                        "blocking_output_per_sequence_s", "sampler_warmup_bytes_per_logit"]
 
 
 class Runtime(Frozen):
-    """An execution path the engine offers beside the one its profile describes, where it schedules its steps
-    differently (vLLM's V0 engine beside V1; TensorRT-LLM's built TensorRT engines beside its PyTorch backend).
-    Only scheduling properties: the fitted efficiencies stay one set across runtimes (docs/formulas.md §12.10)."""
+    """An execution path the engine offers beside the one its profile describes, where it schedules its steps or
+    budgets its memory differently (vLLM's V0 engine beside V1; TensorRT-LLM's built TensorRT engines beside its
+    PyTorch backend). Only such properties: the fitted efficiencies stay one set across runtimes (docs/formulas.md
+    §12.10)."""
 
     scheduling: dict[SchedulingKey, bool | int | float | None] = Field(
         description="EngineDefaults values this runtime runs with")

@@ -202,13 +202,17 @@ def _shared_serving(cases: list[ServingOptions]) -> ServingOptions:
 
 def _serving_columns(cases: list[ServingOptions], profile_engine: EngineProfile, devices, on_axis) -> dict:
     """The serving columns, per-row ones on the serving axis (the last), with the engine's own cap on running
-    sequences per device when none is given."""
+    sequences per device when none is given: the batch it runs under a load or in a run, and, whatever the
+    workload, the requests its memory profile warms its sampler up on (``profiled_sequences``)."""
     columns = ServingOptions.stacked_columns(cases)
     columns.update(on_axis({key: columns[key] for key in PER_ROW_COLUMNS.values()}, -1))
     serving = cases[0]
-    if serving.engine_sets_batch and serving.max_num_seqs is None and profile_engine.scheduler is not None:
-        columns["max_num_seqs"] = on_axis(
-            {"v": np.array([profile_engine.scheduler.max_num_seqs_on(d) for d in devices], dtype=float)}, 1)["v"]
+    if serving.max_num_seqs is None and profile_engine.scheduler is not None:
+        cap = on_axis({"v": np.array([profile_engine.scheduler.max_num_seqs_on(d) for d in devices], dtype=float)},
+                      1)["v"]
+        columns["profiled_sequences"] = cap
+        if serving.engine_sets_batch:
+            columns["max_num_seqs"] = cap
     return columns
 
 

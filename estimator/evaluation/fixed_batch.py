@@ -25,7 +25,7 @@ from estimator.physics.expert_skew import busiest_rank, distinct_experts
 from estimator.physics.host_time import eager_prefill_time, host_costs, overlaps_device, pass_host_time
 from estimator.physics.kv_tiers import DISK, DISK_READ_BYTES_PER_S, tier_load_time
 from estimator.physics.kvcache import PAGED_BLOCK_TOKENS
-from estimator.physics.memory import kv_cache_bytes_per_sequence, memory_fit
+from estimator.physics.memory import kv_cache_bytes_per_sequence, memory_fit, sampler_warmup_bytes
 from estimator.physics.offload import (
     DEFAULT_UBATCH_TOKENS,
     HOST_LINK_EFFICIENCY,
@@ -56,7 +56,7 @@ DEFAULT_SERVING = {"paged": True, "block_tokens": PAGED_BLOCK_TOKENS, "prefix_to
                    "ubatch_tokens": DEFAULT_UBATCH_TOKENS, "spec_tokens": 0, "acceptance": 0.0, "draft_cost": 0.0,
                    "concurrency": 0.0, "rate": 0.0, "chunk_tokens": 0.0, "max_num_seqs": np.inf, "prefix_hit_rate": 0.0,
                    "length_mix": None, "expert_skew": 0.0, "kv_tier": 0, "kv_tier_bytes": 0.0,
-                   "num_requests": 0.0}
+                   "num_requests": 0.0, "profiled_sequences": np.inf}
 PARTS = ("linear_s", "attention_s", "communication_s", "offload_s", "overhead_s", "compute_s", "memory_s")
 
 
@@ -350,6 +350,8 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     # so is an input embedding the engine keeps there (an untied one: a tied table is also the output head)
     host_weights = host_experts + np.where(engine.embedding_on_host, tr.input_embedding_bytes(m, f), 0.0) / (tp * pp)
     budget = memory_budget(engine, tp, serving["ubatch_tokens"])
+    budget["sampler_warmup_bytes"] = sampler_warmup_bytes(engine.sampler_warmup_bytes_per_logit, m["vocab"],
+                                                          serving["profiled_sequences"])
     # the workspace holds a score matrix only where the engine's attention writes one
     fused_attention = engine.attention_fused(serving["fused_attention"], m["softcapped_scores"])
     scores_on_chip = engine.scores_on_chip(fused_attention)

@@ -17,6 +17,8 @@ available = capacity × usable fraction
   at most a token budget per pass (vLLM ``max_num_batched_tokens``, 8192 by
   default in V1), but never less than one whole prompt (chunking a prompt is the
   serving-level model's), so the workspace stops growing with the batch there.
+  An engine that sizes its cache from a profile run which also warms its sampler up
+  (vLLM: one dummy request per sequence it may run) keeps the larger of the two peaks.
 """
 
 from __future__ import annotations
@@ -65,9 +67,18 @@ def activation_workspace_bytes(m, B, T, fused_attention, chunk_tokens=np.inf):
     return matmul_outputs + scores + np.minimum(B, sequences) * m["vocab"] * LOGIT_BYTES
 
 
+def sampler_warmup_bytes(bytes_per_logit, vocab, sequences):
+    """Device bytes of an engine's sampler warm-up on ``sequences`` dummy requests, the most it may run (inf: the
+    engine sets no cap and warms nothing up): their logits over the ``vocab`` at ``bytes_per_logit`` (vLLM's
+    ``sampler_warmup_bytes_per_logit``, docs/formulas.md §3). Every tensor-parallel rank samples the whole
+    vocabulary, so it is not split."""
+    sequences = np.asarray(sequences, dtype=float)
+    return bytes_per_logit * np.where(np.isfinite(sequences), sequences, 0.0) * vocab
+
+
 def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv_share=1.0, draft=None,
                host_weight_bytes=0.0, attention_dp=0, engine_share=1.0, kv_free_fraction=1.0,
-               chunk_tokens=np.inf):
+               chunk_tokens=np.inf, sampler_warmup_bytes=0.0):
     """Per-device footprint of one replica of tp × pp devices serving B sequences, and its largest batch.
 
     ``serving`` holds ``paged``, ``block_tokens``, ``prefix_tokens`` and ``fused_attention``
@@ -80,7 +91,8 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
     sequences (docs/formulas.md §8). The engine's own budget: it uses ``engine_share`` of the device's memory
     (vLLM's gpu_memory_utilization), and its KV cache takes ``kv_free_fraction`` of what weights, workspace and
     reserve leave (TensorRT-LLM's free_gpu_memory_fraction), and its prefill workspace holds at most one chunk
-    of ``chunk_tokens`` prompt tokens (docs/formulas.md §3).
+    of ``chunk_tokens`` prompt tokens (docs/formulas.md §3). ``sampler_warmup_bytes`` (per device) is the peak of
+    the engine's sampler warm-up on its profile run, which the workspace is when it is larger (vLLM).
     """
     n = np.asarray(tp, dtype=float) * pp
     paged, block, prefix = serving["paged"], serving["block_tokens"], serving["prefix_tokens"]
@@ -101,7 +113,8 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
         weights = weights + weight_bytes_stored(draft, f) / n
         kv_per_seq = kv_per_seq + (kv_cache_bytes_per_sequence(draft, kv_bits, own_slots, kv_tp)
                                    + state_bytes_per_sequence(draft, kv_tp)) / n
-    activations = activation_workspace_bytes(m, B, T, fused_attention, chunk_tokens) / tp
+    activations = np.maximum(activation_workspace_bytes(m, B, T, fused_attention, chunk_tokens) / tp,
+                             sampler_warmup_bytes)
     reserve = hw["runtime_reserve_bytes"]
     available = hw["capacity_bytes"] * hw["usable_memory_fraction"] * engine_share
     required = weights + shared + B * kv_per_seq + activations + reserve
@@ -113,7 +126,8 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
     # the workspace grows with the batch up to the token budget: size it at one sequence, then at that
     # batch; the second answer is feasible, since a smaller batch never needs a larger workspace
     def largest_batch(at_batch):
-        workspace = activation_workspace_bytes(m, at_batch, T, fused_attention, chunk_tokens) / tp
+        workspace = np.maximum(activation_workspace_bytes(m, at_batch, T, fused_attention, chunk_tokens) / tp,
+                               sampler_warmup_bytes)
         return np.floor(np.maximum(kv_room(workspace), 0) / kv_per_seq)
 
     max_batch = largest_batch(np.maximum(largest_batch(1), 1))

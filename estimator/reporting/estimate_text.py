@@ -145,7 +145,8 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
         ("weights", gigabytes(r["memory_weights_bytes"])),
         (f"KV cache ({batch:,.4g} x {e.prompt_tokens + e.output_tokens:,.0f} tokens)",
          gigabytes(r["memory_kv_cache_bytes"])),
-        ("activation workspace", gigabytes(r["memory_activation_bytes"])),
+        ("activation workspace" + (" or sampler warm-up" if e.engine_profile.parameters.sampler_warmup_bytes_per_logit
+                                   else ""), gigabytes(r["memory_activation_bytes"])),
         ("runtime reserve", gigabytes(r["memory_reserve_bytes"])),
         ("required", gigabytes(r["memory_required_bytes"])),
         (_available_label(e), gigabytes(r["memory_available_bytes"])),

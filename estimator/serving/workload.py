@@ -247,6 +247,7 @@ class ServingOptions(BaseModel):
                 "acceptance": self.acceptance, "draft_cost": self.draft_cost,
                 "concurrency": float(self.concurrency), "rate": self.rate, "chunk_tokens": float(self.chunked_prefill),
                 "max_num_seqs": np.inf if self.max_num_seqs is None else float(self.max_num_seqs),
+                "profiled_sequences": np.inf if self.max_num_seqs is None else float(self.max_num_seqs),
                 "num_requests": float(self.num_requests),
                 "prefix_hit_rate": self.prefix_hit_rate,
                 "length_mix": length_mix(self.lengths) if self.lengths else None, "expert_skew": self.expert_skew,

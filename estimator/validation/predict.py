@@ -223,6 +223,7 @@ class Resolved:
     serving: list[ServingOptions] = field(default_factory=list)  # attention, cached context, offload, load
     saturate: list[bool] = field(default_factory=list)          # offline: the largest batch that fits
     batch_caps: list[float] = field(default_factory=list)       # the engine's max_num_seqs (inf: none)
+    profiled_sequences: list[float] = field(default_factory=list)  # its cap whatever the load (sampler warm-up)
     requests_at_once: list[float] = field(default_factory=list)  # an all-at-once run's requests (0: none)
     scheduling: list[tuple] = field(default_factory=list)       # its runtime's scheduling, where it differs
     metrics: list[str] = field(default_factory=list)
@@ -270,6 +271,7 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             resolved.saturate.append(not _cell(row, "batch") and not serving.under_load)
             at_once = _int(row, "num_requests", 0) if not serving.under_load else 0   # requests sent at once
             resolved.batch_caps.append(min(cap, at_once or math.inf))
+            resolved.profiled_sequences.append(cap)
             resolved.requests_at_once.append(float(at_once))
             resolved.scheduling.append(scheduling)
             resolved.metrics.append(result["metric"])
@@ -332,6 +334,7 @@ def _prepared_groups(resolved: Resolved, physical_limit: bool) -> dict:
             idx = [i for i, k in enumerate(keys) if k == group]
             prepared = ConfigurationColumns.of([resolved.configs[i] for i in idx], physical_limit)
             columns = ServingOptions.stacked_columns([resolved.serving[i] for i in idx])
+            columns["profiled_sequences"] = np.array([resolved.profiled_sequences[i] for i in idx])
             batch = prepared.batch.copy()
             saturate = np.array([resolved.saturate[i] for i in idx], dtype=bool)
             if saturate.any():   # as many sequences as the KV cache holds, up to the scheduler's cap
