@@ -181,10 +181,10 @@ class EngineDefaults(Frozen):
     sampler_warmup_bytes_per_logit: float = Field(
         default=0.0, ge=0, description="device bytes per logit that the engine's memory profile holds when it warms "
                                        "its sampler up on one dummy request per sequence it may run (vLLM: the "
-                                       "fp32 logits of max_num_seqs requests, their sorted copy and its int64 "
-                                       "indices, docs/formulas.md §3): that peak, when above the prefill "
-                                       "workspace's, is kept from the KV cache. A property of the engine, never "
-                                       "fitted")
+                                       "logits of max_num_seqs requests and the sampler's copies of them, 38.7 "
+                                       "bytes a logit in its logs, docs/formulas.md §3): that peak, when above "
+                                       "the prefill workspace's, is kept from the KV cache. A property of the "
+                                       "engine, never fitted")
     prefill_chunk_tokens: int | None = Field(
         default=None, ge=1, description="the most prompt tokens one step runs by default, prompts split into "
                                         "chunks (vLLM V1's max_num_batched_tokens, SGLang's chunked_prefill_size): "

@@ -78,7 +78,7 @@ def sampler_warmup_bytes(bytes_per_logit, vocab, sequences):
 
 def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv_share=1.0, draft=None,
                host_weight_bytes=0.0, attention_dp=0, engine_share=1.0, kv_free_fraction=1.0,
-               chunk_tokens=np.inf, sampler_warmup_bytes=0.0):
+               chunk_tokens=np.inf, warmup_bytes=0.0):
     """Per-device footprint of one replica of tp × pp devices serving B sequences, and its largest batch.
 
     ``serving`` holds ``paged``, ``block_tokens``, ``prefix_tokens`` and ``fused_attention``
@@ -91,8 +91,9 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
     sequences (docs/formulas.md §8). The engine's own budget: it uses ``engine_share`` of the device's memory
     (vLLM's gpu_memory_utilization), and its KV cache takes ``kv_free_fraction`` of what weights, workspace and
     reserve leave (TensorRT-LLM's free_gpu_memory_fraction), and its prefill workspace holds at most one chunk
-    of ``chunk_tokens`` prompt tokens (docs/formulas.md §3). ``sampler_warmup_bytes`` (per device) is the peak of
-    the engine's sampler warm-up on its profile run, which the workspace is when it is larger (vLLM).
+    of ``chunk_tokens`` prompt tokens (docs/formulas.md §3). ``warmup_bytes`` (per device) is the peak of the
+    engine's sampler warm-up on its profile run (:func:`sampler_warmup_bytes`), which the workspace is when it is
+    larger (vLLM).
     """
     n = np.asarray(tp, dtype=float) * pp
     paged, block, prefix = serving["paged"], serving["block_tokens"], serving["prefix_tokens"]
@@ -114,7 +115,7 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
         kv_per_seq = kv_per_seq + (kv_cache_bytes_per_sequence(draft, kv_bits, own_slots, kv_tp)
                                    + state_bytes_per_sequence(draft, kv_tp)) / n
     activations = np.maximum(activation_workspace_bytes(m, B, T, fused_attention, chunk_tokens) / tp,
-                             sampler_warmup_bytes)
+                             warmup_bytes)
     reserve = hw["runtime_reserve_bytes"]
     available = hw["capacity_bytes"] * hw["usable_memory_fraction"] * engine_share
     required = weights + shared + B * kv_per_seq + activations + reserve
@@ -127,7 +128,7 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
     # batch; the second answer is feasible, since a smaller batch never needs a larger workspace
     def largest_batch(at_batch):
         workspace = np.maximum(activation_workspace_bytes(m, at_batch, T, fused_attention, chunk_tokens) / tp,
-                               sampler_warmup_bytes)
+                               warmup_bytes)
         return np.floor(np.maximum(kv_room(workspace), 0) / kv_per_seq)
 
     max_batch = largest_batch(np.maximum(largest_batch(1), 1))
