@@ -351,7 +351,7 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
     host_weights = host_experts + np.where(engine.embedding_on_host, tr.input_embedding_bytes(m, f), 0.0) / (tp * pp)
     budget = memory_budget(engine, tp, serving["ubatch_tokens"])
     budget["warmup_bytes"] = sampler_warmup_bytes(engine.sampler_warmup_bytes_per_logit, m["vocab"],
-                                                          serving["profiled_sequences"])
+                                                  serving["profiled_sequences"])
     # the workspace holds a score matrix only where the engine's attention writes one
     fused_attention = engine.attention_fused(serving["fused_attention"], m["softcapped_scores"])
     scores_on_chip = engine.scores_on_chip(fused_attention)

@@ -114,8 +114,11 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
         weights = weights + weight_bytes_stored(draft, f) / n
         kv_per_seq = kv_per_seq + (kv_cache_bytes_per_sequence(draft, kv_bits, own_slots, kv_tp)
                                    + state_bytes_per_sequence(draft, kv_tp)) / n
-    activations = np.maximum(activation_workspace_bytes(m, B, T, fused_attention, chunk_tokens) / tp,
-                             warmup_bytes)
+    def workspace_at(batch):
+        """The per-device workspace at ``batch``: the prefill peak, or the sampler warm-up where that is larger."""
+        return np.maximum(activation_workspace_bytes(m, batch, T, fused_attention, chunk_tokens) / tp, warmup_bytes)
+
+    activations = workspace_at(B)
     reserve = hw["runtime_reserve_bytes"]
     available = hw["capacity_bytes"] * hw["usable_memory_fraction"] * engine_share
     required = weights + shared + B * kv_per_seq + activations + reserve
@@ -127,9 +130,7 @@ def memory_fit(m, f, kv_bits, hw, B, T, O, tp, pp, serving, weight_share=1.0, kv
     # the workspace grows with the batch up to the token budget: size it at one sequence, then at that
     # batch; the second answer is feasible, since a smaller batch never needs a larger workspace
     def largest_batch(at_batch):
-        workspace = np.maximum(activation_workspace_bytes(m, at_batch, T, fused_attention, chunk_tokens) / tp,
-                               warmup_bytes)
-        return np.floor(np.maximum(kv_room(workspace), 0) / kv_per_seq)
+        return np.floor(np.maximum(kv_room(workspace_at(at_batch)), 0) / kv_per_seq)
 
     max_batch = largest_batch(np.maximum(largest_batch(1), 1))
     return {

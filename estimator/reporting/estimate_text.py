@@ -48,6 +48,11 @@ def _host_link(hw) -> str:
         f"{link.kind}, {link.bandwidth.base / GB:.0f} GB/s each way"
 
 
+def _running_batch(e: Estimate) -> float:
+    """The sequences the engine runs: the steady batch under a load, the running batch of a run, else the batch."""
+    return e.results.get("steady_batch", e.results.get("running_batch", e.batch))
+
+
 def _bound_line(e: Estimate, phase: str) -> str:
     r = e.results
     bound = r[f"{phase}_bound"]
@@ -67,7 +72,7 @@ def _bound_line(e: Estimate, phase: str) -> str:
             why += (" (eager PyTorch: the host launches every op from Python, and the device waits for it; "
                     "docs/formulas.md §13)")
         elif phase == "decode" and blocking_s > 0:
-            per_replica = r.get("steady_batch", r.get("running_batch", e.batch)) / e.layout.dp
+            per_replica = _running_batch(e) / e.layout.dp
             why += (f"; {seconds(blocking_s * per_replica)} of it is processing the step's outputs before the next "
                     f"step is scheduled, as {e.engine_profile.name} does (docs/formulas.md §14)")
         elif phase == "prefill" and r["prefill_launch_excess_s"] > 0:
@@ -128,7 +133,7 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
     ``verify`` commands (:func:`verify_commands`), their two sections too."""
     r, hw = e.results, e.hardware
     bw, peak = hw.memory_bandwidth_bytes_per_s, hw.peak_flops_per_s(e.compute_dtype)
-    batch = r.get("steady_batch", r.get("running_batch", e.batch))
+    batch = _running_batch(e)
     head = [
         f"{e.model.name} on {e.layout.devices} x {hw.name} ({_layout_text(e.layout)}): weights "
         f"{e.weight_format.name} (math in {e.compute_dtype}), KV cache {e.kv_format.name}",

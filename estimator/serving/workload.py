@@ -239,6 +239,7 @@ class ServingOptions(BaseModel):
     def columns(self) -> dict:
         """The arrays :func:`estimator.evaluation.compute.compute_results` reads."""
         mode = OFFLOAD_MODES["layers"] if self.gpu_layers is not None else OFFLOAD_MODES[self.offload]
+        cap = np.inf if self.max_num_seqs is None else float(self.max_num_seqs)
         return {"paged": self.kv_alloc == "paged", "block_tokens": float(self.kv_block_tokens),
                 "prefix_tokens": float(self.prefix_tokens), "fused_attention": self.attention == "fused",
                 "offload": mode, "gpu_layers": float(self.gpu_layers or 0),
@@ -246,8 +247,7 @@ class ServingOptions(BaseModel):
                 "ubatch_tokens": float(self.ubatch_tokens), "spec_tokens": self.draft_tokens,
                 "acceptance": self.acceptance, "draft_cost": self.draft_cost,
                 "concurrency": float(self.concurrency), "rate": self.rate, "chunk_tokens": float(self.chunked_prefill),
-                "max_num_seqs": np.inf if self.max_num_seqs is None else float(self.max_num_seqs),
-                "profiled_sequences": np.inf if self.max_num_seqs is None else float(self.max_num_seqs),
+                "max_num_seqs": cap, "profiled_sequences": cap,
                 "num_requests": float(self.num_requests),
                 "prefix_hit_rate": self.prefix_hit_rate,
                 "length_mix": length_mix(self.lengths) if self.lengths else None, "expert_skew": self.expert_skew,
