@@ -40,8 +40,10 @@ UNIT_FACTORS: dict[str, float] = {
     "GFLOPS": GFLOPS, "TFLOPS": TFLOPS, "PFLOPS": PFLOPS, "TOPS": TFLOPS,
     # per-pin data rate (bit/s)
     "Gbps": 10**9, "MT/s": 10**6,
-    # widths, power, time, money, counts
-    "bit": 1, "W": 1, "year": 1, "USD": 1, "USD/h": 1, "count": 1,
+    # clock frequency (Hz)
+    "MHz": 10**6, "GHz": 10**9,
+    # widths, power, time, money, counts (SM: NVIDIA's streaming multiprocessors)
+    "bit": 1, "W": 1, "year": 1, "USD": 1, "USD/h": 1, "count": 1, "SM": 1,
 }
 
 UNIT_DIMENSIONS: dict[str, str] = {
@@ -50,7 +52,7 @@ UNIT_DIMENSIONS: dict[str, str] = {
     **dict.fromkeys(["GFLOPS", "TFLOPS", "PFLOPS", "TOPS"], "flops_per_s"),
     **dict.fromkeys(["Gbps", "MT/s"], "bits_per_s_per_pin"),
     "bit": "bits", "W": "watts", "year": "year", "USD": "usd", "USD/h": "usd_per_h",
-    "count": "count",
+    "MHz": "hertz", "GHz": "hertz", "count": "count", "SM": "count",
 }
 
 

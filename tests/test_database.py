@@ -43,7 +43,8 @@ def _quantities(hw: Hardware):
     yield hw.release_year
     yield hw.memory.capacity
     yield hw.memory.bandwidth
-    yield from (q for q in (hw.memory.bus_width, hw.memory.data_rate, hw.cache) if q is not None)
+    yield from (q for q in (hw.memory.bus_width, hw.memory.data_rate, hw.cache, hw.streaming_multiprocessors,
+                            hw.boost_clock) if q is not None)
     yield from hw.dense_peak.values()
     yield from (link.bandwidth for link in (hw.host_link, hw.scale_up_link) if link is not None)
     yield hw.tdp
@@ -61,6 +62,23 @@ class TestHardwareEntry:
         if derived is None:
             pytest.skip("bus width or data rate not published")
         assert derived == pytest.approx(hw.memory_bandwidth_bytes_per_s, rel=0.03)
+
+    def test_fp32_peak_matches_sms_times_lanes_times_clock(self, name):
+        """FP32 peak = SMs × FP32 lanes per SM × 2 (an FMA) × boost clock, with 64 lanes an SM (Pascal GP100, Volta,
+        Turing, Ampere GA100) or 128 (GP102, Ampere GA10x, Ada, Hopper, Blackwell): an SM count or clock slip
+        shows as a lane count that is neither."""
+        hw = DB.hardware.get(name)
+        fp32 = hw.peak_flops_per_s("fp32")
+        if hw.streaming_multiprocessors is None or hw.boost_clock is None or fp32 is None:
+            pytest.skip("no SM count, clock or FP32 peak recorded")
+        lanes = fp32 / (2 * hw.streaming_multiprocessors.value * hw.boost_clock.base)
+        assert min(abs(lanes / 64 - 1), abs(lanes / 128 - 1)) < 0.05, f"{name}: {lanes:.1f} FP32 lanes an SM"
+
+    def test_nvidia_gpus_record_their_sm_count(self, name):
+        hw = DB.hardware.get(name)
+        if hw.vendor != "NVIDIA":
+            pytest.skip("streaming multiprocessors are NVIDIA's")
+        assert hw.streaming_multiprocessors is not None, f"{name}: no SM count (the per-SM stream bound needs it)"
 
     def test_peaks_are_ordered_by_precision(self, name):
         peak = DB.hardware.get(name).peak_flops_per_s

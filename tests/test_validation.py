@@ -58,7 +58,9 @@ def test_the_fit_is_deterministic(problem):
 def test_parameters_round_trip_through_their_products():
     from estimator.validation.fitting import LOWER, PRIOR, UPPER, parameters_from
     theta = np.clip(PRIOR * np.linspace(0.8, 1.2, len(PRIOR)), LOWER, UPPER)   # inside the physical box
-    assert np.allclose(theta_of(parameters_from(theta)), theta)
+    assert np.allclose(theta_of(parameters_from(theta, bounded_per_sm=True)), theta)
+    # an engine whose kernels are not bounded per SM has no rate per SM, whatever θ holds
+    assert parameters_from(theta).native_bytes_per_s_per_sm is None
 
 
 def test_a_device_streams_in_its_memorys_group_and_computes_in_its_markets(db):

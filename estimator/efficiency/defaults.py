@@ -59,6 +59,12 @@ class EngineDefaults(Frozen):
                                                             "the device's default bandwidth efficiency, which a fit "
                                                             "keeps under 0.95 of datasheet as a product")
     compute_eff: float = Field(gt=0, le=2, description="share of the database's dense peak prefill reaches")
+    native_bytes_per_s_per_sm: float | None = Field(
+        default=None, gt=0, description="the most bytes a second one streaming multiprocessor reads through the "
+                                        "engine's 16-bit weight kernels, where they keep a bounded number of bytes "
+                                        "in flight per SM (bounded_per_sm): by Little's law they stream at the lower "
+                                        "of that times the device's SMs and their share of the datasheet "
+                                        "(docs/formulas.md §9); None: no such bound; fitted")
     bandwidth_scale_by_group: dict[str, float] = Field(
         default_factory=dict, description="factor on the 16/8-bit (native) bandwidth efficiency by device group "
                                           "(DEVICE_GROUPS), for engines whose kernels fare differently on, e.g., "
@@ -129,6 +135,10 @@ class EngineDefaults(Frozen):
                                    "head over its g = n_h/n_kv query heads (mlx-lm's hand-written attention), so "
                                    "attention reads the cache g times but copies nothing; a property of the "
                                    "engine's code, never fitted")
+    bounded_per_sm: bool = Field(
+        default=False, description="its 16-bit weight-streaming kernels keep a bounded number of bytes in flight "
+                                   "per SM (llama.cpp's CUDA mat-vecs), so native_bytes_per_s_per_sm is fitted for "
+                                   "it; a property of the engine's kernels, never fitted")
     vector_decode_attention: bool = Field(
         default=False, description="its fused attention of a decode pass is a vector kernel: every query head's "
                                    "threads score each key on the FP32 SIMD lanes, one 32-lane reduction per key "

@@ -41,7 +41,10 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
         # a vector decode-attention kernel's FLOPs run on the FP32 lanes (vector_decode_attention); NaN: no FP32 peak
         "vector_attention_flops_per_s": np.asarray(hw.get("fp32_flops_per_s", np.nan), dtype=float)
         * engine.vector_attention_eff,
-        "weight_bytes_per_s": bandwidth * weight_scale * f["engine_bandwidth_eff"],
+        "weight_bytes_per_s": np.where(f["dequantizes"], bandwidth * weight_scale * f["engine_bandwidth_eff"],
+                                       per_sm_bounded(bandwidth * weight_scale * f["engine_bandwidth_eff"],
+                                                      hw.get("streaming_multiprocessors", np.nan),
+                                                      engine.native_bytes_per_s_per_sm)),
         "weight_engine_factor": weight_engine_factor,   # the engine's share of the device's weight stream
         "stream_bytes_per_s": bandwidth,   # contiguous elementwise kernels: the device's own rate
         # the attention kernels' own share of the device's bandwidth, not the weight kernels' group factor
@@ -52,6 +55,23 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
                                           kv_expand, np.fmin(bandwidth, KV_EXPAND_BYTES_PER_FP32_FLOP
                                                              * hw.get("fp32_flops_per_s", np.nan))),
     }
+
+
+# Sharpness of the corner between the two limits of per_sm_bounded: at 8 the rate is within 0.3% of the lower
+# limit once the two differ by 1.6x, yet a fit sees the bound's pull on both sides of the corner.
+PER_SM_CORNER = 8.0
+
+
+def per_sm_bounded(stream_bytes_per_s, sms, bytes_per_s_per_sm):
+    """A weight stream whose kernels keep a bounded number of bytes in flight per SM: by Little's law it reads at
+    most ``bytes_per_s_per_sm`` a second on each of the device's ``sms``, whatever the datasheet allows
+    (docs/formulas.md §9). The lower of the two, its corner rounded, (a⁻ᵖ + b⁻ᵖ)^(−1/p) with p = PER_SM_CORNER;
+    no bound where the engine has none or the device's SM count is not recorded (NaN)."""
+    if bytes_per_s_per_sm is None:
+        return stream_bytes_per_s
+    sms = np.asarray(sms, dtype=float)
+    cap = np.where(np.isfinite(sms), sms * bytes_per_s_per_sm, np.inf)
+    return (stream_bytes_per_s ** -PER_SM_CORNER + cap ** -PER_SM_CORNER) ** (-1 / PER_SM_CORNER)
 
 
 def with_vector_attention(rates: dict, vector) -> dict:

@@ -183,6 +183,9 @@ def hardware_columns(devices: Sequence[Hardware], physical_limit: bool = False) 
     defaults = [device_defaults(hw) for hw in devices]
     return {
         "bandwidth_bytes_per_s": np.array([hw.memory_bandwidth_bytes_per_s for hw in devices]),
+        # NaN where the database records none (every non-NVIDIA device): no per-SM bound applies there
+        "streaming_multiprocessors": np.array([np.nan if hw.streaming_multiprocessors is None
+                                               else hw.streaming_multiprocessors.value for hw in devices]),
         "capacity_bytes": np.array([hw.memory_capacity_bytes for hw in devices]),
         "attention_flops_per_s": np.array([_first_peak(hw, ATTENTION_DTYPES)[1] for hw in devices]),
         # the vector (non-tensor) FP32 rate, NaN where not listed: what bounds a generic copy kernel's indexing

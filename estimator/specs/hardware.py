@@ -160,6 +160,12 @@ class Hardware(Frozen):
     memory: Memory
     dense_peak: dict[str, Quantity] = Field(description="dense peak throughput per compute dtype")
     cache: Quantity | None = Field(default=None, description="last-level on-chip cache (L2, Infinity Cache, SLC)")
+    streaming_multiprocessors: Quantity | None = Field(
+        default=None, description="NVIDIA GPUs: the streaming multiprocessors the product enables (unit SM); a "
+                                  "kernel whose bytes in flight per SM are bounded streams at most a fixed rate "
+                                  "per SM (docs/formulas.md §9)")
+    boost_clock: Quantity | None = Field(default=None, description="the GPU clock the vendor's peak rates assume "
+                                                                   "(MHz); with the SM count it checks the FP32 peak")
     host_link: Link | None = None
     scale_up_link: Link | None = None
     tdp: Quantity
@@ -178,6 +184,10 @@ class Hardware(Frozen):
             peak.require("flops_per_s", f"dense_peak.{dtype}", positive=True)
         if self.cache is not None:
             self.cache.require("bytes", "cache")
+        if self.streaming_multiprocessors is not None:
+            self.streaming_multiprocessors.require("count", "streaming_multiprocessors", positive=True)
+        if self.boost_clock is not None:
+            self.boost_clock.require("hertz", "boost_clock", positive=True)
         self.tdp.require("watts", "tdp")
         if self.price is not None and self.price.unit != "USD":
             raise ValueError("price: a purchase price in USD; rental prices go in cloud_price (USD/h)")

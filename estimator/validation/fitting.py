@@ -1,6 +1,6 @@
 """Fit engine parameters to published measurements, within physical bounds.
 
-For each engine, fifteen parameters are fitted by bounded least squares on the log error,
+For each engine, sixteen parameters are fitted by bounded least squares on the log error,
 log(predicted / measured), over all of that engine's rows, across every device and model (never one
 parameter per data point). Each is the **product** the estimate uses, as a fraction of the datasheet,
 on the group's typical device (its default device efficiency times the engine's):
@@ -10,8 +10,9 @@ on the group's typical device (its default device efficiency times the engine's)
          the three groups, per-step, per-layer and per-sequence-per-step overheads, the share of
          the tokens' worth of FLOPs each MoE expert a pass touches costs beyond its own tokens, the
          bandwidth fraction at which the attention kernels read the KV cache, on the datacenter device,
-         the FP4 GEMMs' share, and the FP32 fraction a vector decode-attention kernel reaches, fitted only
-         for an engine that has one)
+         the FP4 GEMMs' share, the FP32 fraction a vector decode-attention kernel reaches, and the most
+         bytes a second one SM streams through 16-bit weight kernels, these two fitted only for an engine
+         that has such kernels)
 
 so the physical bounds are plain boxes: weights and the KV cache stream at no more than 0.95 of
 datasheet bandwidth, compute reaches no more
@@ -53,7 +54,8 @@ from estimator.validation.workers import map_in_workers
 GROUPS = tuple(DEVICE_GROUPS)
 PARAMETER_NAMES = (*(f"bandwidth_{g}" for g in GROUPS), *(f"dequant_bandwidth_{g}" for g in GROUPS),
                    *(f"compute_{g}" for g in GROUPS), "per_step_s", "per_layer_s", "per_sequence_s",
-                   "expert_tile_tokens", "kv_bandwidth_datacenter", "fp4_compute_scale", "vector_attention")
+                   "expert_tile_tokens", "kv_bandwidth_datacenter", "fp4_compute_scale", "vector_attention",
+                   "native_bytes_per_s_per_sm")
 # The default device efficiencies of each group's typical device (HBM or GDDR cards, unified-memory SoCs):
 # a fitted product divided by them is the engine's own factor.
 TYPICAL_DEVICE = {"datacenter": HBM, "desktop": GDDR, "unified": UNIFIED}
@@ -61,12 +63,16 @@ TYPICAL_DEVICE = {"datacenter": HBM, "desktop": GDDR, "unified": UNIFIED}
 PRIOR_PER_SEQUENCE_S = 5e-6
 # A grouped GEMM pads each expert's rows to its tile: on average half a 16-row tile (the smallest MMA tile).
 PRIOR_EXPERT_TILE_TOKENS = 8.0
+# A kernel bounded per SM: by Little's law, one 4-byte load in flight for each of an SM's 2,048 threads (8 KiB)
+# over a loaded memory latency of the order of 0.8 us is 10 GB/s an SM; llama.cpp's 16-bit mat-vecs read 8-10 GB/s
+# an SM on a V100, an A100 and an H100 PCIe (docs/formulas.md §9).
+PRIOR_BYTES_PER_S_PER_SM = 1e10
 PRIOR = np.array([*(GENERIC_ENGINE.bandwidth_eff["native"] * TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS),
                   *(GENERIC_ENGINE.bandwidth_eff["gguf"] * TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS),
                   *(GENERIC_ENGINE.compute_eff * TYPICAL_DEVICE[g].compute_eff for g in GROUPS),
                   GENERIC_ENGINE.per_step_s, GENERIC_ENGINE.per_layer_s, PRIOR_PER_SEQUENCE_S,
                   PRIOR_EXPERT_TILE_TOKENS, GENERIC_ENGINE.kv_bandwidth_eff * HBM.bandwidth_eff,
-                  GENERIC_ENGINE.fp4_compute_scale, GENERIC_ENGINE.vector_attention_eff])
+                  GENERIC_ENGINE.fp4_compute_scale, GENERIC_ENGINE.vector_attention_eff, PRIOR_BYTES_PER_S_PER_SM])
 # Physical bounds. Bandwidth: 0.95 of datasheet (the best kernels measure 0.8-0.9, docs/formulas.md §9).
 # Compute: the dense peak. Per step: 10 ms (a scheduler and sampler step of a serving engine under load
 # is 1-5 ms); per layer: 100 us (about 20 eager kernel launches of 5 us; 1.3 us each under CUDA graphs);
@@ -79,8 +85,8 @@ DATACENTER_COMPUTE_UPPER = min(1.0, HBM.compute_eff / max(matmul_ceilings().valu
 # 0.1 to 1 times the share of their peak the engine's other GEMMs reach of theirs: never more, since each
 # also quantizes its activations and handles block scales; the product stays under the dense FP4 peak. A vector
 # decode-attention kernel reaches 0.01 to 1 of the FP32 peak: its lanes never issue more than one FMA a cycle.
-LOWER = np.array([*[0.05] * 6, *[0.01] * 3, 1e-6, 1e-7, 1e-8, 0.01, 0.05, 0.1, 0.01])
-UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4, 1e-4, 1024.0, 0.95, 1.0, 1.0])
+LOWER = np.array([*[0.05] * 6, *[0.01] * 3, 1e-6, 1e-7, 1e-8, 0.01, 0.05, 0.1, 0.01, 1e9])
+UPPER = np.array([*[0.95] * 6, DATACENTER_COMPUTE_UPPER, 1.00, 1.00, 1e-2, 1e-4, 1e-4, 1024.0, 0.95, 1.0, 1.0, 1e11])
 # An engine that issues its ops one at a time from Python (eager PyTorch) pays the host's time per op on
 # every layer: about 35 ops (norms, projections, attention, the KV-cache writes and GQA expansion, MLP) at
 # the 10-25 us a launched op costs from Python (two H200 profiles, in two VMs, measured 9.3 and 6.2 us for a
@@ -98,6 +104,7 @@ PER_LAYER = PARAMETER_NAMES.index("per_layer_s")
 PER_SEQUENCE, EXPERT_TILE = PARAMETER_NAMES.index("per_sequence_s"), PARAMETER_NAMES.index("expert_tile_tokens")
 KV_BANDWIDTH = PARAMETER_NAMES.index("kv_bandwidth_datacenter")
 VECTOR_ATTENTION = PARAMETER_NAMES.index("vector_attention")
+PER_SM = PARAMETER_NAMES.index("native_bytes_per_s_per_sm")
 # Weight of the prior, per parameter, in units of log error: a factor e away from the default
 # costs as much as one row predicted e times off.
 PRIOR_WEIGHT = 0.3
@@ -120,7 +127,7 @@ TYPICAL_LOG_EFF = np.log([*[TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS] * 2
 # cost per routed expert, prompts run in micro-batches, experts run as mat-vecs): carried from its profile into a
 # fit, never fitted.
 KERNEL_PROPERTIES = ("fp16_accumulate", "attention_fp16_accumulate_share", "torch_kernels", "eager_host",
-                     "vector_decode_attention",
+                     "vector_decode_attention", "bounded_per_sm",
                      "per_expert_s", "prefill_in_ubatches", "expert_matvec_tokens", "expands_grouped_kv",
                      "broadcasts_grouped_kv", "caps_scores_in_fused_attention", "score_bits", "dequantizes_kv_cache",
                      "nonflash_scores_on_chip", "unfused_elementwise", "reference_decoder")
@@ -148,6 +155,7 @@ def parameters_from(theta, **properties) -> EngineDefaults:
         compute_eff_by_group=compute, per_step_s=values["per_step_s"], per_layer_s=values["per_layer_s"],
         per_sequence_s=values["per_sequence_s"], expert_tile_tokens=values["expert_tile_tokens"],
         fp4_compute_scale=values["fp4_compute_scale"], vector_attention_eff=values["vector_attention"],
+        native_bytes_per_s_per_sm=values["native_bytes_per_s_per_sm"] if properties.get("bounded_per_sm") else None,
         allreduce_latency_s=GENERIC_ENGINE.allreduce_latency_s, **properties,
         basis="fitted: estimator/validation/fitting.py on measurements_db (see the profile's fit record)")
 
@@ -161,7 +169,7 @@ def theta_of(p: EngineDefaults) -> np.ndarray:
     return np.array([*bandwidth, *dequantizing, *compute, p.per_step_s, p.per_layer_s,
                      max(p.per_sequence_s, LOWER[PER_SEQUENCE]), max(p.expert_tile_tokens, LOWER[EXPERT_TILE]),
                      p.kv_bandwidth_eff * TYPICAL_DEVICE["datacenter"].bandwidth_eff, p.fp4_compute_scale,
-                     p.vector_attention_eff])
+                     p.vector_attention_eff, p.native_bytes_per_s_per_sm or PRIOR_BYTES_PER_S_PER_SM])
 
 
 @dataclass
@@ -306,6 +314,7 @@ def _applies(kernels: dict) -> np.ndarray:
     kernel's share only where the engine has that kernel; the others stay at their priors, unfitted and unrecorded."""
     applies = np.ones(len(PARAMETER_NAMES), dtype=bool)
     applies[VECTOR_ATTENTION] = kernels["vector_decode_attention"]
+    applies[PER_SM] = kernels["bounded_per_sm"]
     return applies
 
 
