@@ -10,6 +10,7 @@ import pytest
 from estimator import estimate
 from estimator.efficiency.engine_profiles import engine
 from estimator.efficiency.rates import PER_SM_CORNER, per_sm_bounded
+from tests.helpers import cli
 
 
 def test_a_stream_above_the_per_sm_bound_reads_at_the_bound_with_its_corner_rounded():
@@ -59,3 +60,14 @@ def test_the_bound_leaves_quantized_weights_and_gddr_cards_alone(gpu, fmt, withi
     bounded, free = (estimate("meta-llama/Meta-Llama-3-8B", gpu, weight_format=fmt, engine=p, prompt_tokens=1,
                               output_tokens=512) for p in (profile, unbounded))
     assert float(bounded.decode_tps_per_seq) == pytest.approx(float(free.decode_tps_per_seq), rel=within)
+
+
+def test_the_bound_line_names_the_sms_where_they_bind(capsys):
+    """An A100's 108 SMs hold llama.cpp's F16 decode below its datasheet share, and the estimate says so; an RTX
+    4090's do not, and it says nothing of them."""
+    args = ("estimate", "--model", "meta-llama/Meta-Llama-3-8B", "--engine", "llama.cpp", "--format", "F16",
+            "--prompt", "1", "--output", "512")
+    code, out, _ = cli(capsys, *args, "--gpu", "A100 SXM4 80GB")
+    assert code == 0 and "108 SMs at" in out and "keep few bytes in flight per SM" in out
+    code, out, _ = cli(capsys, *args, "--gpu", "RTX 4090")
+    assert code == 0 and "SMs at" not in out

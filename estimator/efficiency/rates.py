@@ -35,16 +35,19 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
     weight_scale = np.where(f["dequantizes"], bandwidth_scale_of_groups(engine, True)[group], native)
     weight_engine_factor = weight_scale * f["engine_bandwidth_eff"]
     fp4_share = np.where(np.asarray(hw.get("fp4_gemm", 0.0)) > 0, engine.fp4_compute_scale, 1.0)  # FP4 GEMMs' own
+    weight_share = bandwidth * weight_scale * f["engine_bandwidth_eff"]   # before any bound per SM
+    weight_bytes_per_s = bounded_weight_stream(weight_share, hw, f, engine)
     return {
         "linear_flops_per_s": peak_linear_flops_per_s * compute_eff * fp4_share,
         "attention_flops_per_s": hw["attention_flops_per_s"] * attention_eff,
         # a vector decode-attention kernel's FLOPs run on the FP32 lanes (vector_decode_attention); NaN: no FP32 peak
         "vector_attention_flops_per_s": np.asarray(hw.get("fp32_flops_per_s", np.nan), dtype=float)
         * engine.vector_attention_eff,
-        "weight_bytes_per_s": np.where(f["dequantizes"], bandwidth * weight_scale * f["engine_bandwidth_eff"],
-                                       per_sm_bounded(bandwidth * weight_scale * f["engine_bandwidth_eff"],
-                                                      hw.get("streaming_multiprocessors", np.nan),
-                                                      engine.native_bytes_per_s_per_sm)),
+        "weight_bytes_per_s": weight_bytes_per_s,
+        # the stream where the engine's bound per SM holds it 5% or more below its datasheet share, else NaN: the
+        # estimate's bound line names it
+        "weights_per_sm_bound_bytes_per_s": np.where(weight_bytes_per_s < 0.95 * weight_share, weight_bytes_per_s,
+                                                     np.nan),
         "weight_engine_factor": weight_engine_factor,   # the engine's share of the device's weight stream
         "stream_bytes_per_s": bandwidth,   # contiguous elementwise kernels: the device's own rate
         # the attention kernels' own share of the device's bandwidth, not the weight kernels' group factor
@@ -72,6 +75,13 @@ def per_sm_bounded(stream_bytes_per_s, sms, bytes_per_s_per_sm):
     sms = np.asarray(sms, dtype=float)
     cap = np.where(np.isfinite(sms), sms * bytes_per_s_per_sm, np.inf)
     return (stream_bytes_per_s ** -PER_SM_CORNER + cap ** -PER_SM_CORNER) ** (-1 / PER_SM_CORNER)
+
+
+def bounded_weight_stream(stream_bytes_per_s, hw, f, engine: EngineDefaults):
+    """A weight stream with the engine's bound per SM where its kernel has one: 16-bit weights only, dequantizing
+    kernels are not bounded (:func:`per_sm_bounded`)."""
+    return np.where(f["dequantizes"], stream_bytes_per_s, per_sm_bounded(
+        stream_bytes_per_s, hw.get("streaming_multiprocessors", np.nan), engine.native_bytes_per_s_per_sm))
 
 
 def with_vector_attention(rates: dict, vector) -> dict:

@@ -15,7 +15,7 @@ import numpy as np
 
 from estimator.efficiency.calibration_profile import weight_stream_eff_at
 from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults, memory_budget
-from estimator.efficiency.rates import effective_rates, with_vector_attention
+from estimator.efficiency.rates import bounded_weight_stream, effective_rates, with_vector_attention
 from estimator.errors import ConfigurationError
 from estimator.evaluation.columns import WEIGHT_STREAM_KEYS
 from estimator.evaluation.speeds import phase_speeds
@@ -140,9 +140,10 @@ def _pass_rates(s: _Setup, tokens, vector_attention=False) -> dict:
         return rates
     eff = weight_stream_eff_at([s.hw[k] for k in WEIGHT_STREAM_KEYS], tokens)
     curve = np.isfinite(eff)
-    # an engine that runs PyTorch's own GEMMs streams at the measured rate; another keeps its factor on top
+    # PyTorch's own GEMMs stream at the measured rate; another engine's keep their factor and bound per SM on top
     engine_factor = 1.0 if s.engine.torch_kernels else s.rates["weight_engine_factor"]
-    measured = s.hw["bandwidth_bytes_per_s"] * np.where(curve, eff, 1.0) * engine_factor
+    measured = bounded_weight_stream(s.hw["bandwidth_bytes_per_s"] * np.where(curve, eff, 1.0) * engine_factor,
+                                     s.hw, s.f, s.engine)
     return {**rates, "weight_bytes_per_s": np.where(curve, measured, rates["weight_bytes_per_s"])}
 
 
@@ -399,6 +400,7 @@ def results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, ser
         "decode_intensity_flops_per_byte": fl.total(decode_flops) / sum(decode_bytes.values()),
         "ridge_flops_per_byte": peak_linear_flops_per_s / hw["bandwidth_bytes_per_s"],
         "critical_batch": _critical_batch(s, b),
+        "weights_per_sm_bound_bytes_per_s": s.rates["weights_per_sm_bound_bytes_per_s"] + 0 * B,
         # the same, counted in concurrent sequences over all replicas and micro-batches
         "compute_bound_concurrency": _critical_batch(s, b) * micro * dp,
         "mean_decode_context": span_global,
