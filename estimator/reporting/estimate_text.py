@@ -94,8 +94,9 @@ def _bound_line(e: Estimate, phase: str) -> str:
     if phase == "decode" and bound == "memory":
         per_sm = float(r.get("weights_per_sm_bound_bytes_per_s", math.nan))
         if math.isfinite(per_sm):
-            line += (f"; its weights stream at {_bandwidth_text(per_sm)}, {e.hardware.streaming_multiprocessors.value:.0f}"
-                     f" SMs at {e.engine_profile.parameters.native_bytes_per_s_per_sm / GB:.1f} GB/s each, as "
+            sms = e.hardware.streaming_multiprocessors.value
+            line += (f"; its weights stream at {_bandwidth_text(per_sm)}, {sms:.0f} SMs at "
+                     f"{e.engine_profile.parameters.native_bytes_per_s_per_sm / GB:.1f} GB/s each, as "
                      f"{e.engine_profile.name}'s 16-bit mat-vecs keep few bytes in flight per SM "
                      "(docs/formulas.md §9)")
         line += f"; its matmuls turn compute-bound near batch {r['critical_batch']:,.0f}"
