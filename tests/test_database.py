@@ -67,11 +67,9 @@ class TestHardwareEntry:
         """FP32 peak = SMs × FP32 lanes per SM × 2 (an FMA) × boost clock, with 64 lanes an SM (Pascal GP100, Volta,
         Turing, Ampere GA100) or 128 (GP102, Ampere GA10x, Ada, Hopper, Blackwell): an SM count or clock slip
         shows as a lane count that is neither."""
-        hw = DB.hardware.get(name)
-        fp32 = hw.peak_flops_per_s("fp32")
-        if hw.streaming_multiprocessors is None or hw.boost_clock is None or fp32 is None:
+        lanes = DB.hardware.get(name).fp32_lanes_per_sm
+        if lanes is None:
             pytest.skip("no SM count, clock or FP32 peak recorded")
-        lanes = fp32 / (2 * hw.streaming_multiprocessors.value * hw.boost_clock.base)
         assert min(abs(lanes / 64 - 1), abs(lanes / 128 - 1)) < 0.05, f"{name}: {lanes:.1f} FP32 lanes an SM"
 
     def test_nvidia_gpus_record_their_sm_count(self, name):

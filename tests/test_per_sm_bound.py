@@ -71,3 +71,11 @@ def test_the_bound_line_names_the_sms_where_they_bind(capsys):
     assert code == 0 and "108 SMs at" in out and "keep few bytes in flight per SM" in out
     code, out, _ = cli(capsys, *args, "--gpu", "RTX 4090")
     assert code == 0 and "SMs at" not in out
+
+
+def test_show_gpu_derives_the_fp32_lanes_per_sm(capsys):
+    """`roofline show gpu` checks an entry's SM count and clock against its FP32 peak, as it does its bus width and
+    data rate against its bandwidth: an RTX 4090's 82.6 TFLOPS over 128 SMs at 2,520 MHz is 128 lanes an SM."""
+    code, out, _ = cli(capsys, "show", "gpu", "RTX 4090")
+    line = next(x for x in out.splitlines() if "FP32 lanes per SM" in x)
+    assert code == 0 and float(line.split()[4]) == pytest.approx(128, rel=0.01)

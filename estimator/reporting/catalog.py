@@ -166,6 +166,9 @@ def show_entry(db: Database, what: str, name: str, as_json: bool = False) -> str
         extra = [("ridge point (16-bit)", f"{hw.ridge_point_flops_per_byte:.0f} FLOP/byte", "derived: peak / bandwidth")]
         if derived:
             extra.append(("bus width x data rate", f"{derived / TB:.3f} TB/s", "derived: check against bandwidth"))
+        if hw.fp32_lanes_per_sm is not None:
+            extra.append(("FP32 lanes per SM", f"{hw.fp32_lanes_per_sm:.1f}",
+                          "derived: FP32 peak / (2 x SMs x boost clock); 64 or 128 on NVIDIA parts"))
         return _with_notes(f"{hw.name}  ({db.hardware.origins[hw.name]})\n" + format_spec([*_walk(hw), *extra]), hw)
     spec = db.models.get(name)
     counts = count_params(spec)

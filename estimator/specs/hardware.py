@@ -245,6 +245,15 @@ class Hardware(Frozen):
         return None if peak is None else peak.base
 
     @property
+    def fp32_lanes_per_sm(self) -> float | None:
+        """FP32 peak / (2 × SMs × boost clock), when all three are recorded: 64 or 128 on NVIDIA parts (an FMA is two
+        FLOPs), so anything else is a slip in one of them."""
+        fp32 = self.peak_flops_per_s("fp32")
+        if self.streaming_multiprocessors is None or self.boost_clock is None or fp32 is None:
+            return None
+        return fp32 / (2 * self.streaming_multiprocessors.value * self.boost_clock.base)
+
+    @property
     def ridge_point_flops_per_byte(self) -> float:
         """Arithmetic intensity where bf16 (or fp16) compute meets bandwidth."""
         peak = self.peak_flops_per_s("bf16") or self.peak_flops_per_s("fp16") or self.peak_flops_per_s("fp32")
