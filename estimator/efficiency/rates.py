@@ -35,7 +35,9 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
     weight_scale = np.where(f["dequantizes"], bandwidth_scale_of_groups(engine, True)[group], native)
     weight_engine_factor = weight_scale * f["engine_bandwidth_eff"]
     fp4_share = np.where(np.asarray(hw.get("fp4_gemm", 0.0)) > 0, engine.fp4_compute_scale, 1.0)  # FP4 GEMMs' own
-    weight_share = bandwidth * weight_scale * f["engine_bandwidth_eff"]   # before any bound per SM
+    # the weight stream's datasheet share before any bound per SM; multiplied in the order the fitted profiles were
+    # made with (bandwidth * weight_engine_factor rounds differently and moves a row across a floor()ed batch)
+    weight_share = bandwidth * weight_scale * f["engine_bandwidth_eff"]
     weight_bytes_per_s = bounded_weight_stream(weight_share, hw, f, engine)
     return {
         "linear_flops_per_s": peak_linear_flops_per_s * compute_eff * fp4_share,
