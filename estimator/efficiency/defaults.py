@@ -105,6 +105,17 @@ class EngineDefaults(Frozen):
                                      "matrix-vector product, which pads no tile, so expert_tile_tokens does not "
                                      "apply to it (llama.cpp: one token, mul_mat_vec_id on every backend); a "
                                      "property of the engine's kernels, never fitted")
+    expert_tile_max_tokens: int = Field(
+        default=0, ge=0, description="MoE: where positive, a quantized grouped GEMM picks one tile width for the whole "
+                                     "pass (its tokens rounded up to 8 or 16, at most this many) and each touched "
+                                     "expert computes whole tiles, padding on top of expert_tile_tokens (llama.cpp's "
+                                     "MMQ on CUDA: 128; estimator.physics.expert_tiles). A property, never fitted")
+    expert_pair_reads_tokens: int = Field(
+        default=1, ge=0, description="MoE: a pass of at most this many tokens reads each (token, chosen expert) "
+                                     "pair's weights on its own, whatever the routing (llama.cpp on Metal: 31, "
+                                     "mul_mv_id below ne21_mm_id_min = 32), beyond it each touched expert once: "
+                                     "which MoE batches of synthetic token ids are judged only (docs/formulas.md "
+                                     "§9). A property, never fitted")
     fp16_accumulate: bool = Field(
         default=False, description="16-bit GEMMs accumulate in FP16, which GeForce cards run at twice their listed "
                                    "(FP32-accumulate) rate (compute_ceiling); a property of the engine's kernels, "

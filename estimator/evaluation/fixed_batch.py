@@ -22,6 +22,7 @@ from estimator.evaluation.speeds import phase_speeds
 from estimator.physics import flops as fl
 from estimator.physics import traffic as tr
 from estimator.physics.expert_skew import busiest_rank, distinct_experts
+from estimator.physics.expert_tiles import pass_tile_padding
 from estimator.physics.host_time import eager_prefill_time, host_costs, overlaps_device, pass_host_time
 from estimator.physics.kv_tiers import DISK, DISK_READ_BYTES_PER_S, tier_load_time
 from estimator.physics.kvcache import PAGED_BLOCK_TOKENS
@@ -116,19 +117,18 @@ def _busiest_rank(s: _Setup, flops: dict, bytes_: dict, tokens) -> tuple[dict, d
 
 
 def _expert_kernels(s: _Setup, flops: dict, tokens) -> dict:
-    """MoE grouped GEMMs run each touched expert over few tokens (tokens · k / experts touched): every expert a
-    pass touches costs the FLOPs of at least ``expert_tile_tokens`` more tokens (docs/formulas.md §9), the
-    row tiles it pads to and its routing and permutation. So their efficiency is M_e / (M_e + M_tile) of the
-    dense rate for M_e tokens per expert: low in prefill chunks spread over many experts, near 1 with many.
-    A pass of at most ``expert_matvec_tokens`` tokens runs its experts as matrix-vector products: no tile."""
-    m = s.m
-    on_device = np.maximum(m["moe_layers"] - s.cpu_layers, 0.0)
+    """MoE grouped GEMMs run each touched expert over few tokens (M_e = tokens · k / experts touched): each costs the
+    FLOPs of ``expert_tile_tokens`` more tokens (its routing and permutation; docs/formulas.md §9) and, in a quantized
+    pass whose tile width follows the pass (``expert_tile_max_tokens``), its tile's padding; none in a pass of at
+    most ``expert_matvec_tokens`` tokens, which runs its experts as matrix-vector products."""
+    m, on_device = s.m, np.maximum(s.m["moe_layers"] - s.cpu_layers, 0.0)
     # an engine that runs a prompt in micro-batches (llama.cpp's n_ubatch) touches the experts once per micro-batch
     chunks = np.ceil(tokens / s.serving["ubatch_tokens"]) if s.engine.prefill_in_ubatches else 1.0
-    touched = chunks * distinct_experts(m["experts"], m["experts_per_token"], tokens / chunks, s.serving["expert_skew"])
-    tiled = np.asarray(tokens) > s.engine.expert_matvec_tokens
-    padding = 2 * m["params_routed_one"] * on_device * touched * s.engine.expert_tile_tokens * tiled
-    return {**flops, "linear": flops["linear"] + padding}
+    one_pass = distinct_experts(m["experts"], m["experts_per_token"], tokens / chunks, s.serving["expert_skew"])
+    width = np.where(s.f["dequantizes"], pass_tile_padding(tokens / chunks, m["experts_per_token"], one_pass,
+                                                           s.engine.expert_tile_max_tokens), 0.0)
+    pad = (s.engine.expert_tile_tokens + width) * (np.asarray(tokens) > s.engine.expert_matvec_tokens)
+    return {**flops, "linear": flops["linear"] + 2 * m["params_routed_one"] * on_device * chunks * one_pass * pad}
 
 
 def _pass_rates(s: _Setup, tokens, vector_attention=False) -> dict:

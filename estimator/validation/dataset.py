@@ -22,6 +22,9 @@ COLUMNS = ("id", "source", "url", "framework", "engine", "engine_version", "back
            "request_rate", "input_len", "output_len", "context_depth", "attention", "gpu_layers", "cpu_moe", "n_ubatch",
            "metric", "statistic", "value", "unit", "notes")
 STATISTICS = ("", "mean", "median", "p90", "p99")
+# Synthetic token ids a benchmark fed instead of text (the optional ``token_ids`` column): llama-batched-bench fed
+# token 0 everywhere before August 2025 and random ids since (docs/formulas.md §9)
+TOKEN_IDS = ("", "repeated", "random")
 DATE = re.compile(r"^(|\d{4}-\d{2}(-\d{2})?)$")
 REPOSITORY_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)*/?")
 # Rows their collector flagged as doubtful (far out of line with the same GPU's other results, or read
@@ -97,7 +100,7 @@ def _row_problem(row: dict, seen: set) -> str | None:
         return f"unknown metric {row.get('metric')!r}"
     if not row.get("source"):
         return "no source id"
-    for key, allowed in (("backend", ("", *BACKENDS)), ("statistic", STATISTICS)):
+    for key, allowed in (("backend", ("", *BACKENDS)), ("statistic", STATISTICS), ("token_ids", TOKEN_IDS)):
         if row.get(key, "") not in allowed:
             return f"{key} {row.get(key)!r} is not one of {', '.join(a for a in allowed if a)}"
     if not DATE.match(row.get("date", "")):

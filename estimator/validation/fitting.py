@@ -128,7 +128,8 @@ TYPICAL_LOG_EFF = np.log([*[TYPICAL_DEVICE[g].bandwidth_eff for g in GROUPS] * 2
 # fit, never fitted.
 KERNEL_PROPERTIES = ("fp16_accumulate", "attention_fp16_accumulate_share", "torch_kernels", "eager_host",
                      "vector_decode_attention", "bounded_per_sm",
-                     "per_expert_s", "prefill_in_ubatches", "expert_matvec_tokens", "expands_grouped_kv",
+                     "per_expert_s", "prefill_in_ubatches", "expert_matvec_tokens", "expert_tile_max_tokens",
+                     "expert_pair_reads_tokens", "expands_grouped_kv",
                      "broadcasts_grouped_kv", "caps_scores_in_fused_attention", "score_bits", "dequantizes_kv_cache",
                      "nonflash_scores_on_chip", "unfused_elementwise", "reference_decoder")
 # How the engine budgets memory and schedules its steps: its own defaults whatever the backend, so a variant
@@ -172,6 +173,15 @@ def theta_of(p: EngineDefaults) -> np.ndarray:
                      p.vector_attention_eff, p.native_bytes_per_s_per_sm or PRIOR_BYTES_PER_S_PER_SM])
 
 
+def synthetic_routing(row: dict, config, engine_name: str) -> bool:
+    """A MoE batch fed synthetic token ids (the ``token_ids`` column) whose kernel reads each touched expert once
+    (more tokens than the engine's ``expert_pair_reads_tokens``): its bytes follow how those ids route (token 0
+    everywhere: all to one token's experts; random ids: to fewer distinct experts than uniform routing,
+    docs/formulas.md §9), not how text does, so the row is judged but not fitted on."""
+    return (bool(row.get("token_ids")) and config.model.shape.moe is not None
+            and config.batch > engine(engine_name).parameters.expert_pair_reads_tokens)
+
+
 @dataclass
 class Problem:
     """The resolved rows of a dataset, with their measured values, engines and sources.
@@ -196,13 +206,16 @@ class Problem:
     def judged_only(self) -> np.ndarray:
         """Rows judged but not fitted on: serving rows (a client concurrency or request rate, or a latency of
         an offline run that sent every request at once), whose latencies rest on the queueing model as much
-        as on the engine's efficiencies; and any row of a finite run of ``num_requests`` sent at once to a
+        as on the engine's efficiencies; any row of a finite run of ``num_requests`` sent at once to a
         server, whose throughput is also set by its queue and by the drain of its longest requests
-        (docs/formulas.md §13), not by the engine's kernels alone."""
+        (docs/formulas.md §13), not by the engine's kernels alone; and MoE batches of synthetic token ids
+        (:func:`synthetic_routing`)."""
         r = self.resolved
         return np.array([measurement_regime(m, c.batch, sat, s.under_load) == "serving" or (sat and at_once > 0)
-                         for m, c, sat, s, at_once in zip(r.metrics, r.configs, r.saturate, r.serving,
-                                                          r.requests_at_once)], dtype=bool)
+                         or synthetic_routing(row, c, name)
+                         for m, c, sat, s, at_once, row, name in zip(r.metrics, r.configs, r.saturate, r.serving,
+                                                                     r.requests_at_once, self.rows, r.engines)],
+                        dtype=bool)
 
     def subset(self, rows: np.ndarray) -> "Problem":
         """The rows a boolean mask selects, or those an index array names (an index given twice takes its row
