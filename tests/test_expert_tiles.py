@@ -7,7 +7,6 @@ import pytest
 
 from estimator import estimate
 from estimator.efficiency.engine_profiles import engine
-from estimator.errors import DatabaseError
 from estimator.physics.expert_tiles import pass_tile_padding, pass_tile_width
 from estimator.validation.fitting import synthetic_routing
 from estimator.validation.predict import resolve_rows
@@ -45,7 +44,8 @@ def test_a_decode_step_pays_the_tile_padding_by_hand():
     extra = []
     for batch in (16, 32):
         runs = [estimate(GPT_OSS_20B, "DGX Spark", weight_format="MXFP4_MOE", engine=profile, batch=batch,
-                         prompt_tokens=512, output_tokens=32) for profile in ("llama.cpp", _without_the_rule("llama.cpp"))]
+                         prompt_tokens=512, output_tokens=32)
+                for profile in ("llama.cpp", _without_the_rule("llama.cpp"))]
         extra.append(float(runs[0].decode_compute_s) - float(runs[1].decode_compute_s))
     assert extra[0] > 0 and extra[1] / extra[0] == pytest.approx(881.72 / 387.56, rel=1e-3)
 
@@ -90,4 +90,3 @@ def test_the_dataset_refuses_an_unknown_token_ids_cell():
            "engine": "llama.cpp"}
     assert _row_problem({**row, "token_ids": "random"}, set()) is None
     assert "token_ids 'zeros' is not one of repeated, random" in _row_problem({**row, "token_ids": "zeros"}, set())
-    assert issubclass(DatabaseError, Exception)

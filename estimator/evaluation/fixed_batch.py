@@ -125,9 +125,9 @@ def _expert_kernels(s: _Setup, flops: dict, tokens) -> dict:
     # an engine that runs a prompt in micro-batches (llama.cpp's n_ubatch) touches the experts once per micro-batch
     chunks = np.ceil(tokens / s.serving["ubatch_tokens"]) if s.engine.prefill_in_ubatches else 1.0
     one_pass = distinct_experts(m["experts"], m["experts_per_token"], tokens / chunks, s.serving["expert_skew"])
-    width = np.where(s.f["dequantizes"], pass_tile_padding(tokens / chunks, m["experts_per_token"], one_pass,
-                                                           s.engine.expert_tile_max_tokens), 0.0)
-    pad = (s.engine.expert_tile_tokens + width) * (np.asarray(tokens) > s.engine.expert_matvec_tokens)
+    tile_padding = np.where(s.f["dequantizes"], pass_tile_padding(tokens / chunks, m["experts_per_token"], one_pass,
+                                                                  s.engine.expert_tile_max_tokens), 0.0)
+    pad = (s.engine.expert_tile_tokens + tile_padding) * (np.asarray(tokens) > s.engine.expert_matvec_tokens)
     return {**flops, "linear": flops["linear"] + 2 * m["params_routed_one"] * on_device * chunks * one_pass * pad}
 
 
