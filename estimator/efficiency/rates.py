@@ -46,10 +46,10 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
         "vector_attention_flops_per_s": np.asarray(hw.get("fp32_flops_per_s", np.nan), dtype=float)
         * engine.vector_attention_eff,
         "weight_bytes_per_s": weight_bytes_per_s,
-        # the stream where the engine's bound per SM holds it 5% or more below its datasheet share, else NaN: the
-        # estimate's bound line names it
-        "weights_per_sm_bound_bytes_per_s": np.where(weight_bytes_per_s < 0.95 * weight_share, weight_bytes_per_s,
-                                                     np.nan),
+        # the stream where the engine's bound per SM holds it below its datasheet share, else NaN: the bound line
+        # names it
+        "weights_per_sm_bound_bytes_per_s": np.where(weight_bytes_per_s < PER_SM_NAMED_BELOW * weight_share,
+                                                     weight_bytes_per_s, np.nan),
         "weight_engine_factor": weight_engine_factor,   # the engine's share of the device's weight stream
         "stream_bytes_per_s": bandwidth,   # contiguous elementwise kernels: the device's own rate
         # the attention kernels' own share of the device's bandwidth, not the weight kernels' group factor
@@ -65,6 +65,9 @@ def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):
 # Sharpness of the corner between the two limits of per_sm_bounded: at 8 the rate is within 0.3% of the lower
 # limit once the two differ by 1.6x, yet a fit sees the bound's pull on both sides of the corner.
 PER_SM_CORNER = 8.0
+# The bound is named where it holds the stream 5% or more below its share: the rounded corner alone takes up to 8.3%
+# off a stream at the bound's own rate, but under 0.3% once the two differ by 1.6x.
+PER_SM_NAMED_BELOW = 0.95
 
 
 def per_sm_bounded(stream_bytes_per_s, sms, bytes_per_s_per_sm):

@@ -118,15 +118,15 @@ def _busiest_rank(s: _Setup, flops: dict, bytes_: dict, tokens) -> tuple[dict, d
 
 def _expert_kernels(s: _Setup, flops: dict, tokens) -> dict:
     """MoE grouped GEMMs run each touched expert over few tokens (M_e = tokens · k / experts touched): each costs the
-    FLOPs of ``expert_tile_tokens`` more tokens (its routing and permutation; docs/formulas.md §9) and, in a quantized
-    pass whose tile width follows the pass (``expert_tile_max_tokens``), its tile's padding; none in a pass of at
-    most ``expert_matvec_tokens`` tokens, which runs its experts as matrix-vector products."""
+    FLOPs of ``expert_tile_tokens`` more tokens (routing, permutation; docs/formulas.md §9) plus, where the tile width
+    follows the pass (``expert_tile_max_tokens``), its quantized tile's padding; none up to ``expert_matvec_tokens``."""
     m, on_device = s.m, np.maximum(s.m["moe_layers"] - s.cpu_layers, 0.0)
     # an engine that runs a prompt in micro-batches (llama.cpp's n_ubatch) touches the experts once per micro-batch
     chunks = np.ceil(tokens / s.serving["ubatch_tokens"]) if s.engine.prefill_in_ubatches else 1.0
-    one_pass = distinct_experts(m["experts"], m["experts_per_token"], tokens / chunks, s.serving["expert_skew"])
-    tile_padding = np.where(s.f["dequantizes"], pass_tile_padding(tokens / chunks, m["experts_per_token"], one_pass,
-                                                                  s.engine.expert_tile_max_tokens), 0.0)
+    pass_tokens = tokens / chunks
+    one_pass = distinct_experts(m["experts"], m["experts_per_token"], pass_tokens, s.serving["expert_skew"])
+    tile_padding = 0.0 if not s.engine.expert_tile_max_tokens else np.where(s.f["dequantizes"], pass_tile_padding(
+        pass_tokens, m["experts_per_token"], one_pass, s.engine.expert_tile_max_tokens), 0.0)
     pad = (s.engine.expert_tile_tokens + tile_padding) * (np.asarray(tokens) > s.engine.expert_matvec_tokens)
     return {**flops, "linear": flops["linear"] + 2 * m["params_routed_one"] * on_device * chunks * one_pass * pad}
 
