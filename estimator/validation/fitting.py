@@ -32,6 +32,7 @@ engine's KV-cache product instead of fitting its own. The error quoted is leave-
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 
 import numpy as np
 
@@ -202,14 +203,14 @@ class Problem:
     # dataclasses.replace, so a problem with other measurements fits afresh)
     fitted: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    @property
+    @cached_property
     def judged_only(self) -> np.ndarray:
         """Rows judged but not fitted on: serving rows (a client concurrency or request rate, or a latency of
         an offline run that sent every request at once), whose latencies rest on the queueing model as much
         as on the engine's efficiencies; any row of a finite run of ``num_requests`` sent at once to a
         server, whose throughput is also set by its queue and by the drain of its longest requests
         (docs/formulas.md §13), not by the engine's kernels alone; and MoE batches of synthetic token ids
-        (:func:`synthetic_routing`)."""
+        (:func:`synthetic_routing`). Computed once per problem: every engine's fit in a fold asks for it."""
         r = self.resolved
         return np.array([measurement_regime(m, c.batch, sat, s.under_load) == "serving" or (sat and at_once > 0)
                          or synthetic_routing(row, c, name)
