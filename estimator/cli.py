@@ -138,7 +138,7 @@ def _check_validate(args: argparse.Namespace) -> None:
         _refuse(args, ("device", "model", "quick", "batch", "prompt", "output", "calibration"),
                 "apply to --local, not --published")
     else:
-        _refuse(args, ("write", "plot", "jobs"), "apply to --published, not --local")
+        _refuse(args, ("write", "plot", "jobs", "no_cache"), "apply to --published, not --local")
     if not (args.plot or args.write):
         _refuse(args, ("force",), "overwrites the files of --plot or --write; add one of them")
     if args.write:
@@ -304,7 +304,7 @@ def _validate(args: argparse.Namespace, db) -> str:
                               calibration=args.calibration, progress=stderr_progress)
     from estimator.validation import published as val
     try:
-        result = val.run(db=db, jobs=args.jobs, progress=lambda done, total: stderr_progress(
+        result = val.run(db=db, jobs=args.jobs, cache=not args.no_cache, progress=lambda done, total: stderr_progress(
             f"leave-one-source-out: {done} of {total} sources"))
     except ImportError as exc:
         raise ConfigurationError(f"fitting needs scipy: pip install scipy ({exc})") from None

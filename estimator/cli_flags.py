@@ -295,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--plot", type=_name, help="--published: write the predicted-vs-measured scatter to this PNG")
     val.add_argument("--jobs", type=_whole(1, 1024), help="--published: worker processes for the folds and fits "
                                                          "(default: one per core; the figures do not depend on it)")
+    val.add_argument("--no-cache", action="store_true",
+                     help="--published: recompute even where a result of the same data, code and library versions "
+                          "is kept ($ROOFLINE_CACHE_DIR, default ~/.cache/llm-roofline)")
     val.add_argument("--device", default="cpu", choices=("cpu", "cuda", "mps"),
                      help="--local: cpu, cuda or mps (default cpu)")
     val.add_argument("--model", action="append", type=_name, help="--local: model(s) to build (default: a small one)")

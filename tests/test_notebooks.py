@@ -11,7 +11,7 @@ nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
-TIME_LIMIT_S = 600   # per notebook; the validation notebook cross-validates the whole dataset (~2 min)
+TIME_LIMIT_S = 600   # per notebook; the validation notebook cross-validates the whole dataset (~3.5 min on 2 cores)
 
 
 def test_the_four_tutorials_exist():

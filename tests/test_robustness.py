@@ -189,6 +189,7 @@ def test_validate_write_needs_force_and_a_folder(tmp_path):
     assert "pass --force to overwrite them" in refused("validate", "--published", "--write", str(tmp_path))
     assert "not a folder" in refused("validate", "--published", "--write", str(tmp_path / "no"), "--force")
     assert "apply to --published, not --local" in refused("validate", "--local", "--plot", "x.png")
+    assert "--no-cache: apply to --published, not --local" in refused("validate", "--local", "--no-cache")
     assert "apply to --local, not --published" in refused("validate", "--published", "--quick")
     assert "add one of them" in refused("validate", "--published", "--force")
 

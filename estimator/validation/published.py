@@ -12,6 +12,7 @@ are not in the headline figures.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from estimator.evaluation.intervals import (
 from estimator.formatting import table
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import format_family
+from estimator.validation import result_cache
 from estimator.validation.cross_validation import cross_validate
 from estimator.validation.dataset import Dataset, load_dataset
 from estimator.validation.fitting import GENERIC, Problem, build_problem, fit_all, fit_record
@@ -46,7 +48,6 @@ class Validation:
     predicted: np.ndarray          # held-out (cross-validated) predictions
     params: dict                   # engine parameters fitted on everything
     jobs: int | None = None        # worker processes for the bands (None: one per core)
-    _bands: HeldOutBands | None = field(default=None, repr=False)
     # computed once; not copied by dataclasses.replace, so a validation of other rows labels afresh
     _labels: dict | None = field(default=None, init=False, repr=False)
 
@@ -109,21 +110,31 @@ class Validation:
         return Residuals(np.log(self.speed_ratio), np.log(np.where(self._times, 1 / limit_ratio, limit_ratio)),
                          paths, labels["phase"], self.problem.sources)
 
-    @property
+    @cached_property
     def bands(self) -> HeldOutBands:
-        """Each row's 80% band built without its own source (computed once)."""
-        if self._bands is None:
-            self._bands = held_out_bands(self.residuals(), self.jobs)
-        return self._bands
+        """Each row's 80% band built without its own source."""
+        return held_out_bands(self.residuals(), self.jobs)
 
 
 def run(dataset: Dataset | None = None, db: Database | None = None, jobs: int | None = None,
-        progress=None) -> Validation:
+        progress=None, cache: bool = True) -> Validation:
     """Fit on everything (for the shipped parameters) and cross-validate by source, in ``jobs`` worker processes
-    (None: one per core; the figures do not depend on it); ``progress(done, total)`` follows the folds."""
+    (None: one per core; the figures do not depend on it); ``progress(done, total)`` follows the folds.
+
+    With ``cache``, a result already computed from the same dataset, databases, code and library versions is
+    loaded instead (:mod:`estimator.validation.result_cache`), and a new one is kept with its bands."""
     db = db or load_database()
-    problem = build_problem(dataset or load_dataset(), db, jobs)
-    return Validation(problem, cross_validate(problem, jobs=jobs, progress=progress), fit_all(problem, jobs), jobs)
+    dataset = dataset or load_dataset()
+    key = result_cache.validation_key(dataset, db) if cache else None
+    kept = key and result_cache.load(key)
+    if isinstance(kept, Validation):
+        return kept
+    problem = build_problem(dataset, db, jobs)
+    result = Validation(problem, cross_validate(problem, jobs=jobs, progress=progress), fit_all(problem, jobs), jobs)
+    if key:
+        result.bands   # computed now (another tenth of the time), so the kept entry holds them too
+        result_cache.store(key, result)
+    return result
 
 
 def _errors(v: Validation, mask: np.ndarray) -> dict:
