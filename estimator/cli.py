@@ -308,6 +308,9 @@ def _validate(args: argparse.Namespace, db) -> str:
             f"leave-one-source-out: {done} of {total} sources"))
     except ImportError as exc:
         raise ConfigurationError(f"fitting needs scipy: pip install scipy ({exc})") from None
+    if result.from_cache:
+        stderr_progress("leave-one-source-out: the result kept for the same data, code and library versions "
+                        "(--no-cache recomputes)")
     written = {}
     if args.plot:
         written["plot"] = str(_save_validation_plot(result, args))

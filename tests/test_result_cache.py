@@ -100,7 +100,14 @@ def test_run_returns_the_kept_result_without_fitting(published_validation, db, m
 
     monkeypatch.setattr(published, "build_problem", refuse)
     again = published.run(db=db)
+    assert again.from_cache
     assert np.array_equal(again.predicted, published_validation.predicted, equal_nan=True)
     assert published.headline(again) == published.headline(published_validation)
     with pytest.raises(AssertionError, match="refitted"):
         published.run(db=db, cache=False)
+
+
+def test_the_command_says_when_it_loaded_a_kept_result(published_validation, capsys):
+    from estimator.cli import main
+    assert main(["validate", "--published", "--json"]) == 0
+    assert "the result kept for the same data, code and library versions" in capsys.readouterr().err

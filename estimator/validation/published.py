@@ -48,6 +48,7 @@ class Validation:
     predicted: np.ndarray          # held-out (cross-validated) predictions
     params: dict                   # engine parameters fitted on everything
     jobs: int | None = None        # worker processes for the bands (None: one per core)
+    from_cache: bool = False       # loaded from a kept result (result_cache), not computed in this call
     # computed once; not copied by dataclasses.replace, so a validation of other rows labels afresh
     _labels: dict | None = field(default=None, init=False, repr=False)
 
@@ -128,6 +129,7 @@ def run(dataset: Dataset | None = None, db: Database | None = None, jobs: int | 
     key = result_cache.validation_key(dataset, db) if cache else None
     kept = key and result_cache.load(key)
     if isinstance(kept, Validation):
+        kept.from_cache = True
         return kept
     problem = build_problem(dataset, db, jobs)
     result = Validation(problem, cross_validate(problem, jobs=jobs, progress=progress), fit_all(problem, jobs), jobs)
