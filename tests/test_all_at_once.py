@@ -368,7 +368,7 @@ def test_vllm_before_0_6_processes_outputs_between_steps():
     # at 256 sequences the step is overhead-bound, and the report says how much of it the outputs take
     from estimator.reporting.estimate_text import format_estimate
     text = format_estimate(estimate("llama-3.1-8b", "H100 SXM", engine="vLLM@0.5.4", batch=256))
-    assert "decode: overhead-bound" in text and "26.37 ms of it is processing the step's outputs" in text
+    assert "decode step of 256 sequences: overhead-bound" in text and "26.37 ms of it is processing the step's outputs" in text
     assert "processing the step's outputs" not in format_estimate(estimate("llama-3.1-8b", "H100 SXM",
                                                                            engine="vLLM@0.7.3", batch=256))
 

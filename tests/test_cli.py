@@ -251,5 +251,5 @@ def test_a_step_compute_bound_below_the_ridge_says_why(capsys):
     'compute-bound' beside an intensity under the ridge unexplained."""
     code, out, _ = cli(capsys, "estimate", "--model", "gpt-oss-20b", "--gpu", "rtx 4090", "--engine", "llama.cpp",
                        "--format", "mxfp4-moe", "--batch", "128", "--prompt", "256", "--output", "64")
-    line = next(x for x in out.splitlines() if x.strip().startswith("decode:"))
+    line = next(x for x in out.splitlines() if x.strip().startswith("decode step of 128 sequences:"))
     assert code == 0 and "compute-bound" in line and "< ridge point" in line and "padded to their row tiles" in line

@@ -36,6 +36,18 @@ def test_a_changed_measurement_changes_the_key(dataset, db):
     assert result_cache.validation_key(Dataset(rows, dataset.files), db) != result_cache.validation_key(dataset, db)
 
 
+def test_the_key_does_not_depend_on_where_the_package_is_installed(dataset, db, tmp_path):
+    """The suite imports the checkout and the notebook it runs the installed copy: one key for both. A file that a
+    row names (its calibration profile) is part of the key by content, wherever it is read from."""
+    copy = tmp_path / "measurements_db"
+    shutil.copytree(dataset.rows[0]["folder"], copy, ignore=shutil.ignore_patterns("__pycache__"))
+    moved = [{**r, "folder": str(copy)} for r in dataset.rows]
+    assert result_cache.validation_key(Dataset(moved, dataset.files), db) == result_cache.validation_key(dataset, db)
+    named = next(r["calibration"] for r in dataset.rows if r.get("calibration"))
+    (copy / named).write_text((copy / named).read_text() + "\n# edited\n")
+    assert result_cache.validation_key(Dataset(moved, dataset.files), db) != result_cache.validation_key(dataset, db)
+
+
 def test_a_changed_hardware_or_model_entry_changes_the_key(dataset, db):
     name = "H100 SXM"
     h100 = db.hardware.get(name)

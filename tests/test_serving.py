@@ -150,3 +150,23 @@ def test_mixed_steps_gaps_are_bare_steps_or_steps_with_prompts(db):
     e = estimate("llama-3.1-8b", "h100", engine="vLLM", rate=8.0, prompt_tokens=2048, output_tokens=256)
     assert e.itl_p50_s < e.itl_s < e.itl_p90_s < e.itl_p99_s
     assert e.itl_p99_s - e.itl_p50_s == pytest.approx(2 * (e.itl_p90_s - e.itl_p50_s), rel=0.1)
+
+
+def test_the_time_breakdown_names_the_batch_it_is_at(db):
+    """Under a load the breakdown's prefill is every running sequence's prompt at once (15.7 of them here, about
+    16 prompts' time), far longer than the TTFT one prompt sees, so its column says so; at one sequence it does
+    not."""
+    from estimator.reporting.estimate_text import format_estimate
+    loaded = estimate("llama-3.1-8b", "H100 SXM", concurrency=16, prompt_tokens=1000, output_tokens=200)
+    batch = loaded.results["steady_batch"]
+    text = format_estimate(loaded)
+    assert f"prefill of {batch:,.4g} prompts at once: compute-bound" in text
+    assert f"decode step of {batch:,.4g} sequences: memory-bound" in text
+    header = text.split("Where the time goes\n")[1].splitlines()[0]
+    assert header.split() == ["prefill", "of", f"{batch:,.4g}", "prompts", "at", "once", "decode", "step", "of",
+                              f"{batch:,.4g}", "sequences"]
+    assert loaded.results["prefill_linear_s"] > 10 * loaded.results["ttft_prefill_s"] > 0
+    alone = format_estimate(estimate("llama-3.1-8b", "H100 SXM", prompt_tokens=1000, output_tokens=200))
+    header = alone.split("Where the time goes\n")[1].splitlines()[0]
+    assert header.split() == ["prefill", "decode", "step"]
+    assert "\n  prefill: compute-bound" in alone and "\n  decode step: memory-bound" in alone

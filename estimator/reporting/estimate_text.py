@@ -48,7 +48,7 @@ def _host_link(hw) -> str:
         f"{link.kind}, {link.bandwidth.base / GB:.0f} GB/s each way"
 
 
-def _running_batch(e: Estimate) -> float:
+def running_batch(e: Estimate) -> float:
     """The sequences the engine runs: the steady batch under a load, the running batch of a run, else the batch."""
     return e.results.get("steady_batch", e.results.get("running_batch", e.batch))
 
@@ -72,7 +72,7 @@ def _bound_line(e: Estimate, phase: str) -> str:
             why += (" (eager PyTorch: the host launches every op from Python, and the device waits for it; "
                     "docs/formulas.md §13)")
         elif phase == "decode" and blocking_s > 0:
-            per_replica = _running_batch(e) / e.layout.dp
+            per_replica = running_batch(e) / e.layout.dp
             why += (f"; {seconds(blocking_s * per_replica)} of it is processing the step's outputs before the next "
                     f"step is scheduled, as {e.engine_profile.name} does (docs/formulas.md §14)")
         elif phase == "prefill" and r["prefill_launch_excess_s"] > 0:
@@ -90,7 +90,7 @@ def _bound_line(e: Estimate, phase: str) -> str:
                     "the bandwidth)")
         elif bound == "memory" and intensity > ridge:
             why += " (memory-bound above the ridge: attention's KV-cache reads outweigh the compute-bound matmuls)"
-    line = f"{phase}: {bound}-bound, {why}"
+    line = f"{_phase_names(running_batch(e))[phase == 'decode']}: {bound}-bound, {why}"
     if phase == "decode" and bound == "memory":
         per_sm = float(r.get("weights_per_sm_bound_bytes_per_s", math.nan))
         if math.isfinite(per_sm):
@@ -140,7 +140,7 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
     ``verify`` commands (:func:`verify_commands`), their two sections too."""
     r, hw = e.results, e.hardware
     bw, peak = hw.memory_bandwidth_bytes_per_s, hw.peak_flops_per_s(e.compute_dtype)
-    batch = _running_batch(e)
+    batch = running_batch(e)
     head = [
         f"{e.model.name} on {e.layout.devices} x {hw.name} ({_layout_text(e.layout)}): weights "
         f"{e.weight_format.name} (math in {e.compute_dtype}), KV cache {e.kv_format.name}",
@@ -183,7 +183,7 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
     if e.runnable:
         parts += ["", "Latency and throughput", table(_speed_rows(r, e.serving.num_requests if e.serving.rate else 0)), "", "Bound",
                   "  " + _bound_line(e, "prefill"), "  " + _bound_line(e, "decode"),
-                  "", "Where the time goes", table(_time_rows(r), header=("", "prefill", "decode step")),
+                  "", "Where the time goes", table(_time_rows(r), header=("", *_phase_names(batch))),
                   "", f"Bytes per decode step at the mean context ({r['mean_decode_context']:,.0f} tokens)",
                   table(_ledger_rows(r, "decode_bytes", gigabytes))]
     parts += ["", f"Efficiencies: {e.efficiency_source}.", f"Intervals: {r.get('interval_basis', 'none')}."]
@@ -290,6 +290,14 @@ def _speed_rows(r: dict, finite_run: int = 0) -> list[tuple[str, str]]:
         ("end-to-end latency", seconds(r["e2e_latency_s"])),
         ("TPOT inclusive of first token", seconds(r["tpot_inclusive_s"])),
     ]
+
+
+def _phase_names(batch: float) -> tuple[str, str]:
+    """What the bound lines and the time breakdown describe: at more than one sequence, the running batch's prompts
+    at once (under a load far longer than the pass one prompt's TTFT waits for) and its decode step."""
+    if batch == 1:
+        return "prefill", "decode step"
+    return f"prefill of {batch:,.4g} prompts at once", f"decode step of {batch:,.4g} sequences"
 
 
 def _time_rows(r: dict) -> list[tuple[str, str, str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from estimator.errors import RooflineError
 from estimator.evaluation.api import Estimate, estimate
 from estimator.formatting import gigabytes, rate, seconds, to_json
+from estimator.reporting.estimate_text import running_batch
 from estimator.serving.workload import tp_copies_kv, with_attention_dp
 from estimator.specs.database import Database, load_database
 from estimator.units import GB, TB, TFLOPS
@@ -100,6 +101,17 @@ def _everything_else(r: dict) -> float:
     return r["decode_bytes_total"] - r["decode_bytes_weights"] - r["decode_bytes_kv_read"] - r["decode_bytes_kv_expand"]
 
 
+def _prefill_batch_text(e: Estimate) -> str:
+    """Which prompts the prefill bound is of where that is not one: the running batch's at once, and under a load
+    the pass one prompt alone takes, which is what its TTFT waits for."""
+    r = e.results
+    batch = running_batch(e)
+    if batch == 1:
+        return ""
+    alone = f"; one prompt alone takes {seconds(r['ttft_prefill_s'])}" if "ttft_prefill_s" in r else ""
+    return f" with the {batch:,.4g} running prompts at once{alone}"
+
+
 def _paragraphs(e: Estimate) -> list[str]:
     r, hw = e.results, e.hardware
     head = f"Why {e.model.name} ({e.weight_format.name}) runs as it does on {e.layout.devices} x {hw.name}:"
@@ -124,7 +136,7 @@ def _paragraphs(e: Estimate) -> list[str]:
         f"- Prefill of {e.prompt_tokens:,.0f} tokens per prompt needs "
         f"{_per_prompt_flops(e) / 1e12:,.1f} TFLOP per prompt at "
         f"{hw.peak_flops_per_s(e.compute_dtype) / TFLOPS:,.0f} TFLOPS dense {e.compute_dtype}: "
-        f"{r['prefill_bound']}-bound, TTFT {seconds(r['ttft_s'])}.",
+        f"{r['prefill_bound']}-bound{_prefill_batch_text(e)}, TTFT {seconds(r['ttft_s'])}.",
     ]
     if r["offloaded_bytes"] > 0:
         lines.insert(3, f"- {gigabytes(r['offloaded_bytes'])} of weights per device live in host memory; moving or "

@@ -29,6 +29,7 @@ from estimator.validation.dataset import Dataset
 ENV_DIR = "ROOFLINE_CACHE_DIR"
 KEPT_ENTRIES = 3            # one entry is ~14 MB for the shipped dataset
 PACKAGES = ("estimator", "calibrate", "engines_db", "hardware_db", "models_db", "measurements_db")
+ROW_FILE_COLUMNS = ("calibration", "lengths")   # a row's files, relative to its folder (measurements_db/SCHEMA.md)
 NUMERIC_LIBRARIES = ("numpy", "scipy")   # fits that stop at a tolerance round differently across versions
 
 
@@ -44,7 +45,13 @@ def validation_key(dataset: Dataset, db: Database) -> str:
     """The SHA-256 (hex) of everything a cross-validation of ``dataset`` against ``db`` depends on."""
     digest = hashlib.sha256()
     digest.update(json.dumps([sys.version, *map(_version, NUMERIC_LIBRARIES)]).encode())
-    digest.update(json.dumps(dataset.rows, sort_keys=True).encode())
+    # a row's folder says where the package is installed, which is no part of the result (the tests and the
+    # notebook they run may import two copies); the files its columns name are, read from there
+    digest.update(json.dumps([{k: v for k, v in row.items() if k != "folder"} for row in dataset.rows],
+                             sort_keys=True).encode())
+    for name, content in sorted(_named_files(dataset.rows).items()):
+        digest.update(name.encode())
+        digest.update(content)
     for registry in (db.hardware, db.models):
         for name in sorted(registry.entries):
             # an entry's names are derived from its fields, so its fields are the whole of it
@@ -56,6 +63,18 @@ def validation_key(dataset: Dataset, db: Database) -> str:
             digest.update(f"{package}/{path.relative_to(root).as_posix()}".encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def _named_files(rows: list[dict]) -> dict[str, bytes]:
+    """The content of every file the rows name (a calibration profile, a lengths file), by the name they give."""
+    files = {}
+    for row in rows:
+        for column in ROW_FILE_COLUMNS:
+            name = row.get(column)
+            path = Path(row.get("folder") or ".") / name if name else None
+            if path is not None and name not in files and path.is_file():
+                files[name] = path.read_bytes()
+    return files
 
 
 def _version(distribution: str) -> str:
