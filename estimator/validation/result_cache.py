@@ -2,10 +2,11 @@
 `roofline validate --published` (or the notebook and the test suite after it) loads in a fraction of a
 second instead of refitting every fold for three minutes.
 
-The key is a SHA-256 over the dataset's rows, every hardware and model entry (user folders included), every
-file of the project's packages (the estimator's source; the engine profiles and their stored intervals; the
-calibration and request-length files that measurement rows name) and the Python, numpy and scipy versions. Any change to any of them is a different key, so an entry is never
-invalidated by hand and never stale; the newest few entries are kept, older ones deleted.
+The key is a SHA-256 over the dataset's rows and the files they name (calibration profiles, request lengths),
+every hardware and model entry (user folders included), every file of the project's packages (the estimator's
+source, the engine profiles and their stored intervals) and the Python, numpy and scipy versions, but not where
+the package is installed. Any change to any of them is a different key, so an entry is never invalidated by hand
+and never stale; the newest few entries are kept, older ones deleted.
 
 The folder is ``$ROOFLINE_CACHE_DIR``, else ``$XDG_CACHE_HOME/llm-roofline``, else ``~/.cache/llm-roofline``.
 An entry that cannot be read (a partial write, an older pickle) counts as absent and is replaced. Entries are
