@@ -85,7 +85,7 @@ def test_an_entry_round_trips_and_a_damaged_one_counts_as_absent(cache_folder):
     entry = next(cache_folder.glob("validation-k1.*"))
     entry.write_bytes(entry.read_bytes()[:10])
     assert result_cache.load("k1") is None
-    assert not list(cache_folder.glob(".partial-*"))
+    assert not list(cache_folder.glob(".*.tmp"))   # no temporary file left behind
 
 
 def test_only_the_newest_entries_are_kept(cache_folder):

@@ -20,10 +20,10 @@ import json
 import os
 import pickle
 import sys
-import tempfile
 from importlib import metadata, resources
 from pathlib import Path
 
+from estimator.errors import ConfigurationError, write_atomically
 from estimator.specs.database import Database
 from estimator.validation.dataset import Dataset
 
@@ -101,19 +101,12 @@ def load(key: str):
 def store(key: str, result) -> None:
     """Write atomically (a reader never sees half an entry), then keep only the newest entries. A folder that
     cannot be written to is no error: the result simply is not kept."""
+    try:
+        write_atomically(_entry(key), lambda partial: partial.write_bytes(
+            pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)), force=True, flag="the kept result")
+    except ConfigurationError:
+        return
     folder = cache_dir()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        handle, partial = tempfile.mkstemp(dir=folder, prefix=".partial-")
-    except OSError:
-        return
-    try:
-        with os.fdopen(handle, "wb") as f:
-            pickle.dump(result, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(partial, _entry(key))
-    except OSError:
-        Path(partial).unlink(missing_ok=True)
-        return
     try:   # another process may be pruning the same folder
         entries = sorted(folder.glob("validation-*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
         for old in entries[KEPT_ENTRIES:]:
