@@ -25,7 +25,8 @@ import numpy as np
 from estimator.formatting import table
 from estimator.specs.database import load_database
 from estimator.validation.dataset import load_dataset
-from estimator.validation.fitting import build_problem, fit_all, fit_record
+from estimator.validation.fit_record import fit_record
+from estimator.validation.fitting import build_problem, fit_all
 
 
 def records(problem) -> dict[str, dict]:

@@ -307,7 +307,7 @@ def _validate(args: argparse.Namespace, db) -> str:
         result = val.run(db=db, jobs=args.jobs, cache=not args.no_cache, progress=lambda done, total: stderr_progress(
             f"leave-one-source-out: {done} of {total} sources"))
     except ImportError as exc:
-        raise ConfigurationError(f"fitting needs scipy: pip install scipy ({exc})") from None
+        raise ConfigurationError(f"fitting needs the fit extra: pip install 'llm-roofline[fit]' ({exc})") from None
     if result.from_cache:
         stderr_progress("leave-one-source-out: the result kept for the same data, code and library versions "
                         "(--no-cache recomputes)")

@@ -19,7 +19,8 @@ from estimator.physics.roofline import BOUND_NAMES
 from estimator.serving.workload import DEFAULT_HOST_CPU, Layout, ServingOptions
 from estimator.specs.database import load_database
 from estimator.specs.formats import kv_format, weight_format
-from estimator.validation.predict import predict_resolved, resolve_rows
+from estimator.validation.predict import resolve_rows
+from estimator.validation.resolved import predict_resolved
 
 DB = load_database()
 ONE = {"tp": 1, "pp": 1, "ep": 1, "dp": 1}

@@ -4,7 +4,8 @@ vectorized call (ServingOptions.PER_ROW_COLUMNS): each must come out exactly as 
 from __future__ import annotations
 
 from estimator.serving.workload import PER_ROW_COLUMNS, ServingOptions
-from estimator.validation.predict import _prepared_groups, predict_rows, resolve_rows
+from estimator.validation.predict import predict_rows, resolve_rows
+from estimator.validation.resolved import _prepared_groups
 
 BASE = {"hardware": "NVIDIA GeForce RTX 4090", "n_gpus": "1", "model": "meta-llama/Llama-3.1-8B", "engine": "llama.cpp",
         "framework": "llama.cpp", "backend": "cuda", "weight_format": "Q4_K_M", "batch": "1"}

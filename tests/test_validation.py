@@ -243,7 +243,8 @@ def test_validation_report_has_every_table(validation):
 def test_the_report_lists_every_parameter_that_ended_on_a_bound(validation):
     """The fit record's on_bound flags and the report's list agree, and each listed value is within 1% of its bound
     (a trust-region fit the prior pulls back stops just short of a bound: TensorRT-LLM's per-layer cost at 99.7 us)."""
-    from estimator.validation.fitting import GENERIC, fit_record
+    from estimator.validation.fit_record import fit_record
+    from estimator.validation.fitting import GENERIC
     from estimator.validation.published import parameters_on_bound
     flagged = {(name, key) for name in validation.params if name != GENERIC
                for key, p in fit_record(validation.problem, name)["parameters"].items() if p["on_bound"]}
@@ -542,7 +543,8 @@ def test_a_problem_subset_by_indices_takes_a_row_given_twice_twice(problem):
 def test_a_backend_variant_keeps_its_engines_kv_product(problem):
     """llama.cpp on Vulkan has too few long-context rows to tell its attention reads from its compute: it keeps the
     KV product llama.cpp's fit on the same rows gives, and the record says so instead of calling it fitted."""
-    from estimator.validation.fitting import KV_BANDWIDTH, fit_record
+    from estimator.validation.fit_record import fit_record
+    from estimator.validation.fitting import KV_BANDWIDTH
     base, variant = (theta_of(fit_engine(problem, name)) for name in ("llama.cpp", "llama.cpp@vulkan"))
     assert variant[KV_BANDWIDTH] == pytest.approx(base[KV_BANDWIDTH], rel=1e-9)
     record = fit_record(problem, "llama.cpp@vulkan")["parameters"]["kv_bandwidth_datacenter"]
@@ -553,12 +555,44 @@ def test_a_backend_variant_keeps_its_engines_kv_product(problem):
 def test_a_parameter_no_row_depends_on_is_marked_unidentified(problem):
     """gpt-fast's rows are dense decodes on datacenter cards: its MoE tile and its FP4 share move no prediction, so
     its record calls them unidentified, with no standard error, while its datacenter bandwidth has one."""
-    from estimator.validation.fitting import fit_record
+    from estimator.validation.fit_record import fit_record
     record = fit_record(problem, "gpt-fast")["parameters"]
     for name in ("expert_tile_tokens", "fp4_compute_scale"):
         assert record[name]["identified"] is False and record[name]["stderr"] is None
         assert not record[name]["on_bound"]
     assert "identified" not in record["bandwidth_datacenter"] and record["bandwidth_datacenter"]["stderr"] > 0
+
+
+@pytest.mark.parametrize("name", ["llama.cpp", "MLX", "TensorRT-LLM"])
+def test_the_grouped_jacobian_is_the_one_scipy_takes(problem, name):
+    """The fit moves the three groups' bandwidth, dequantizing and compute factors together where no row reads two of
+    them; its Jacobian must be scipy's own forward differences: at the start and at a point inside the box, on
+    llama.cpp (rows whose MoE experts run on the host CPU read the unified factors too), MLX (Apple's unified memory)
+    and TensorRT-LLM (the three groups)."""
+    from scipy.optimize._numdiff import approx_derivative
+
+    from estimator.validation.fitting import (
+        DIFF_STEP, GENERIC, applicable, _dependence, kernel_properties, _log_errors, parameters_from, prior_and_bounds)
+    from estimator.validation.jacobian import column_groups, forward_steps, grouped_jacobian
+    rows = problem.subset((problem.engines == name) & ~problem.judged_only)
+    kernels = kernel_properties(name)
+    prior, lower, upper = prior_and_bounds(name)
+    free = applicable(kernels)
+    depends = _dependence(rows)[:, free]
+    log_lower, log_upper = np.log(lower[free]), np.log(upper[free])
+
+    def data(log_free):
+        log_theta = np.log(prior)
+        log_theta[free] = log_free
+        return _log_errors(rows, {name: parameters_from(np.exp(log_theta), **kernels)})
+
+    assert name != GENERIC and len(column_groups(depends)) <= free.sum() - 5   # the groups save evaluations
+    inside = np.random.default_rng(0).uniform(log_lower + 0.05, log_upper - 0.05)
+    for x in (np.log(np.clip(prior, lower * 1.001, upper * 0.999))[free], inside):
+        f0 = data(x)
+        scipy_s = approx_derivative(data, x, method="2-point", rel_step=DIFF_STEP, f0=f0, bounds=(log_lower, log_upper))
+        ours = grouped_jacobian(data, x, f0, forward_steps(x, log_lower, log_upper, DIFF_STEP), depends)
+        assert np.abs(scipy_s).max() > 0.1 and np.allclose(ours, scipy_s, rtol=0, atol=1e-9)
 
 
 def test_published_context_sweep_reads_the_kv_cache_slower_than_the_weights(dataset):

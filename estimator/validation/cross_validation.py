@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from estimator.validation.fitting import Problem, fit_engine
-from estimator.validation.predict import predicted_array
+from estimator.validation.resolved import predicted_array
 from estimator.validation.workers import map_in_workers
 
 

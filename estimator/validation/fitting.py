@@ -40,16 +40,20 @@ from estimator.efficiency.defaults import (
     DEVICE_GROUPS,
     GDDR,
     GENERIC_ENGINE,
+    GROUP_OF_CLASS,
     HBM,
     UNIFIED,
     EngineDefaults,
+    bandwidth_group,
     matmul_ceilings,
 )
 from estimator.efficiency.engine_profiles import engine, split_engine_name
 from estimator.evaluation.intervals import measurement_regime
-from estimator.specs.database import Database
+from estimator.specs.database import Database, load_database
 from estimator.validation.dataset import Dataset
-from estimator.validation.predict import Resolved, predict_resolved, predicted_array, predicted_values, resolve_rows
+from estimator.validation.jacobian import forward_steps, grouped_jacobian
+from estimator.validation.predict import resolve_rows
+from estimator.validation.resolved import Resolved, predict_resolved, predicted_array, predicted_values
 from estimator.validation.workers import map_in_workers
 
 GROUPS = tuple(DEVICE_GROUPS)
@@ -267,7 +271,7 @@ def _group_pull(log_theta: np.ndarray) -> np.ndarray:
     return GROUP_POOL_WEIGHT * pull.ravel()
 
 
-def _kernel_properties(name: str) -> dict:
+def kernel_properties(name: str) -> dict:
     """The properties a fit carries: the kernels' from the profile (or backend variant) itself, the memory
     budget from the engine."""
     return {**engine(name).parameters.model_dump(include=set(KERNEL_PROPERTIES)),
@@ -288,11 +292,13 @@ def prior_and_bounds(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _least_squares(rows: Problem, name: str, inherited: dict[int, float] | None = None):
     """Bounded least squares in log θ; ``inherited`` parameters (index: value) are held, not fitted."""
-    from scipy.optimize import least_squares  # the fit needs scipy; predictions do not
+    # the fit needs scipy and threadpoolctl (the fit extra); predictions do not
+    from scipy.optimize import least_squares
+    from threadpoolctl import threadpool_limits
 
-    kernels = _kernel_properties(name)
+    kernels = kernel_properties(name)
     prior, lower, upper = prior_and_bounds(name)
-    free = _applies(kernels)
+    free = applicable(kernels)
     held = np.log(prior)
     for i, value in (inherited or {}).items():
         free[i], held[i] = False, np.log(value)
@@ -302,15 +308,61 @@ def _least_squares(rows: Problem, name: str, inherited: dict[int, float] | None 
         log_theta[free] = log_free
         return log_theta
 
+    def data(log_free):
+        return _log_errors(rows, {name: parameters_from(np.exp(full(log_free)), **kernels)})
+
+    def regularizer(log_free):
+        return np.concatenate([PRIOR_WEIGHT * (log_free - np.log(prior[free])), _group_pull(full(log_free))])
+
+    last = {}   # the data residuals at the last point evaluated: scipy asks for the Jacobian where it just was
+
     def residuals(log_free):
-        log_theta = full(log_free)
-        data = _log_errors(rows, {name: parameters_from(np.exp(log_theta), **kernels)})
-        return np.concatenate([data, PRIOR_WEIGHT * (log_free - np.log(prior[free])), _group_pull(log_theta)])
+        last.update(x=log_free.copy(), data=data(log_free))
+        return np.concatenate([last["data"], regularizer(log_free)])
+
+    log_lower, log_upper = np.log(lower[free]), np.log(upper[free])
+    depends = _dependence(rows)[:, free]
+
+    def jacobian(log_free):
+        f0 = last["data"] if np.array_equal(last.get("x"), log_free) else data(log_free)
+        steps = forward_steps(log_free, log_lower, log_upper, DIFF_STEP)
+        r0 = regularizer(log_free)
+        # the regularizer costs nothing to evaluate: one parameter at a time
+        moved = [regularizer(log_free + step) - r0 for step in np.diag(steps)]
+        return np.vstack([grouped_jacobian(data, log_free, f0, steps, depends),
+                          np.array(moved).T / steps])
 
     start = np.clip(prior, lower * 1.001, upper * 0.999)[free]   # strictly inside the box
-    result = least_squares(residuals, np.log(start), bounds=(np.log(lower[free]), np.log(upper[free])), x_scale=1.0,
-                           diff_step=1e-3, max_nfev=200)
+    # One BLAS thread: the fit's matrices (rows x 17) gain nothing from more, and where folds run in worker processes
+    # side by side, each worker's idle BLAS threads spin on the cores the others compute on (on 2 cores the published
+    # validation's folds took 109 s with two threads a worker, 76 s with one).
+    with threadpool_limits(1):
+        result = least_squares(residuals, np.log(start), jac=jacobian, bounds=(log_lower, log_upper), x_scale=1.0,
+                               max_nfev=200)
     return Solution(result, full(result.x), free, len(rows.measured))
+
+
+# Relative forward-difference step in log θ (scipy's diff_step): 0.1%, well above the estimate's rounding.
+DIFF_STEP = 1e-3
+
+
+def _dependence(rows: Problem) -> np.ndarray:
+    """Whether each row's prediction may depend on each parameter at all (rows x parameters). Its weights stream
+    at the bandwidth factor of its memory's group (:func:`bandwidth_group`), the dequantizing one where its format
+    dequantizes and the other where not, and its GEMMs run at the compute factor of its market's group; a row whose
+    MoE experts run on the host CPU (``cpu_moe``) reads the CPU's factors as well. Any row may depend on the
+    other parameters."""
+    depends = np.ones((len(rows.measured), len(PARAMETER_NAMES)), dtype=bool)
+    hardware = load_database().hardware
+    for i, (config, serving) in enumerate(zip(rows.resolved.configs, rows.resolved.serving)):
+        devices = [config.hardware] + ([hardware.get(serving.host_cpu)] if serving.cpu_moe != 0 else [])
+        stream = "dequant_bandwidth" if config.weight_format.dequant != "native" else "bandwidth"
+        for kind in ("bandwidth", "dequant_bandwidth", "compute"):
+            groups = {GROUP_OF_CLASS[d.device_class.value] if kind == "compute" else bandwidth_group(d)
+                      for d in devices} if kind in (stream, "compute") else set()
+            for group in GROUPS:
+                depends[i, PARAMETER_NAMES.index(f"{kind}_{group}")] = group in groups
+    return depends
 
 
 @dataclass
@@ -323,7 +375,7 @@ class Solution:
     rows: int
 
 
-def _applies(kernels: dict) -> np.ndarray:
+def applicable(kernels: dict) -> np.ndarray:
     """Which parameters mean anything for an engine with these kernel properties: the vector decode-attention
     kernel's share only where the engine has that kernel; the others stay at their priors, unfitted and unrecorded."""
     applies = np.ones(len(PARAMETER_NAMES), dtype=bool)
@@ -350,11 +402,16 @@ def fit_engine(problem: Problem, name: str) -> EngineDefaults:
     return _fit(problem, name)[0]
 
 
+def solution_of(problem: Problem, name: str) -> Solution | None:
+    """The least-squares solution of an engine's fit on these rows (None without rows: its prior)."""
+    return _fit(problem, name)[1]
+
+
 def _fit(problem: Problem, name: str) -> tuple[EngineDefaults, Solution | None]:
     """The engine's parameters and its least-squares solution (None without rows), once per problem."""
     if name not in problem.fitted:
         rows = problem.subset((problem.engines == name) & ~problem.judged_only)
-        kernels = _kernel_properties(name)
+        kernels = kernel_properties(name)
         if not len(rows.measured) or name == GENERIC:
             problem.fitted[name] = parameters_from(prior_and_bounds(name)[0], **kernels), None
         else:
@@ -369,55 +426,3 @@ def fit_all(problem: Problem, jobs: int | None = None) -> dict[str, EngineDefaul
     missing = [name for name in names if name not in problem.fitted]
     problem.fitted.update(zip(missing, map_in_workers(_fit, problem, missing, jobs)))
     return {name: fit_engine(problem, name) for name in names}
-
-
-# A trust-region fit whose data push a parameter against its bound stops short of it, the prior pulling back:
-# TensorRT-LLM's per-layer cost ended 0.3% under its 100 us bound with a 9% standard error. Within 1% of a bound
-# counts as on it.
-BOUND_TOLERANCE = 0.01
-
-
-def at_bound(log_theta, lower, upper) -> np.ndarray:
-    """Whether each parameter lies within :data:`BOUND_TOLERANCE` (relative) of its lower or upper bound.
-
-    >>> at_bound(np.log([0.9971e-4, 0.5, 0.0502]), np.array([1e-7, 0.05, 0.05]), np.array([1e-4, 0.95, 0.95]))
-    array([ True, False,  True])
-    """
-    return (np.abs(log_theta - np.log(lower)) < BOUND_TOLERANCE) | (np.abs(log_theta - np.log(upper)) < BOUND_TOLERANCE)
-
-
-def fit_record(problem: Problem, name: str) -> dict:
-    """Each fitted parameter's value, bounds, standard error and whether it ended on a bound.
-
-    Standard errors come from the Jacobian of the log residuals at the optimum (Gauss-Newton
-    covariance s² (JᵀJ)⁻¹ in log θ, s² from the data residuals), converted to θ's units.
-    """
-    solution = _fit(problem, name)[1]
-    if solution is None:
-        return {"rows": 0, "parameters": {}}
-    result, log_theta, free, n = solution.result, solution.log_theta, solution.free, solution.rows
-    data = result.fun[:n]
-    dof = max(n - int(free.sum()), 1)
-    _, lower, upper = prior_and_bounds(name)
-    jac = np.zeros((len(result.fun), len(free)))
-    jac[:, free] = result.jac
-    try:
-        cov = np.linalg.pinv(jac.T @ jac) * float(data @ data) / dof
-        log_se = np.sqrt(np.clip(np.diag(cov), 0, None))
-    except np.linalg.LinAlgError:
-        log_se = np.full(len(PRIOR), np.nan)
-    theta = np.exp(log_theta)
-    # A parameter no row depends on (expert kernels for an engine without MoE rows, compute on a group it has
-    # no rows on) is set by the prior and the pull between groups alone: it has no standard error, and its
-    # sitting on a bound says nothing; nor has an inherited one.
-    identified = free & np.any(np.abs(jac[:n]) > 0, axis=0)
-    applies = _applies(_kernel_properties(name))
-    on_bound = identified & at_bound(log_theta, lower, upper)
-    # four significant digits, kept inside the box (a value on a bound must not round past it)
-    value = np.clip([float(f"{x:.4g}") for x in theta], lower, upper)
-    return {"rows": n, "parameters": {
-        key: {"value": float(value[i]), "lower": float(lower[i]), "upper": float(upper[i]),
-              "stderr": float(f"{theta[i] * log_se[i]:.3g}") if identified[i] else None,
-              "on_bound": bool(on_bound[i]),
-              **({"inherited": True} if not free[i] else {} if identified[i] else {"identified": False})}
-        for i, key in enumerate(PARAMETER_NAMES) if applies[i]}}

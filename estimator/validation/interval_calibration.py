@@ -44,36 +44,77 @@ class Residuals:
     paths: list                # cell path per row, most general first
     phases: np.ndarray         # decode, prefill, throughput or serving: k is chosen per phase
     sources: np.ndarray
-    # every cell's rows (finite residuals, in row order) and its entry over all of them: built once
+    # every cell's rows (finite residuals, sorted by residual) and its entry over all of them, each row's cell keys
+    # and the sources as integers: built once
     _cells: dict | None = field(default=None, init=False, repr=False, compare=False)
+    _row_cells: list | None = field(default=None, init=False, repr=False, compare=False)
+    _path_ids: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    _source_codes: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     def cell_rows(self) -> dict[str, tuple[np.ndarray, list]]:
-        """Each cell's rows and its table entry over all of them (computed on first use)."""
+        """Each cell's rows, in increasing order of their residuals, and its table entry over all of them
+        (computed on first use)."""
         if self._cells is None:
             groups: dict[str, list[int]] = {}
             for i in np.flatnonzero(np.isfinite(self.log_ratio)):
-                for cell in self.paths[i]:
-                    groups.setdefault(cell_key(cell), []).append(i)
-            self._cells = {key: (np.array(idx), _entry(self, np.array(idx))) for key, idx in groups.items()}
+                for key in self.row_cells()[i]:
+                    groups.setdefault(key, []).append(i)
+            self._cells = {}
+            for key, idx in groups.items():
+                idx = np.array(idx)[np.argsort(self.log_ratio[idx], kind="stable")]
+                self._cells[key] = (idx, _entry(self, idx))
         return self._cells
+
+    def row_cells(self) -> list[list[str]]:
+        """Each row's cell keys, most general first."""
+        if self._row_cells is None:
+            self._row_cells = [[cell_key(cell) for cell in path] for path in self.paths]
+        return self._row_cells
+
+    def path_ids(self) -> np.ndarray:
+        """Each row's path as an integer: rows with one path get one band from one table."""
+        if self._path_ids is None:
+            ids: dict[tuple, int] = {}
+            self._path_ids = np.array([ids.setdefault(tuple(keys), len(ids)) for keys in self.row_cells()])
+        return self._path_ids
+
+    def source_codes(self) -> np.ndarray:
+        """Each row's source as an integer (to count a cell's sources)."""
+        if self._source_codes is None:
+            self._source_codes = np.unique(self.sources, return_inverse=True)[1]
+        return self._source_codes
 
 
 def _entry(r: Residuals, idx: np.ndarray) -> list:
-    """A cell's 10th, 50th and 90th percentiles, rows and sources."""
-    return [*(round(float(v), 5) for v in np.quantile(r.log_ratio[idx], LEVELS)), len(idx), len(set(r.sources[idx]))]
+    """A cell's 10th, 50th and 90th percentiles, rows and sources, from its rows in increasing order of residual
+    (np.quantile's default, linear interpolation, without its sort)."""
+    values = r.log_ratio[idx]
+    position = np.asarray(LEVELS) * (len(values) - 1)
+    below = np.floor(position).astype(int)
+    above = np.minimum(below + 1, len(values) - 1)
+    fraction, low, high = position - below, values[below], values[above]
+    # interpolated from the nearer end, as numpy's _lerp does, so the percentiles are np.quantile's to the last bit
+    quantiles = np.where(fraction >= 0.5, high - (high - low) * (1 - fraction), low + (high - low) * fraction)
+    return [*(round(float(v), 5) for v in quantiles), len(idx),
+            int(np.count_nonzero(np.bincount(r.source_codes()[idx])))]
 
 
 def build_cells(r: Residuals, mask: np.ndarray) -> dict:
     """Percentiles of the residuals, rows and sources in every cell with enough rows among ``mask``.
 
-    The nested leave-one-source-out loops build thousands of tables, each leaving out a source or two: a cell
-    none of whose rows ``mask`` drops keeps its entry over all rows, computed once.
+    The nested leave-one-source-out loops build thousands of tables, each leaving out a source or two: only the
+    cells that hold a row ``mask`` drops are worked out again; every other keeps its entry over all rows, computed
+    once.
     """
-    table = {}
-    for key, (idx, whole) in r.cell_rows().items():
+    cells = r.cell_rows()
+    dropped = np.flatnonzero(np.isfinite(r.log_ratio) & ~mask)
+    changed = {key for i in dropped for key in r.row_cells()[i]}
+    table = {key: whole for key, (idx, whole) in cells.items() if key not in changed and len(idx) >= MIN_CELL_ROWS}
+    for key in changed:
+        idx = cells[key][0]
         kept = idx[mask[idx]]
         if len(kept) >= MIN_CELL_ROWS:
-            table[key] = whole if len(kept) == len(idx) else _entry(r, kept)
+            table[key] = _entry(r, kept)
     return table
 
 
@@ -83,7 +124,8 @@ def log_bands(r: Residuals, cells: dict, rows: np.ndarray, widening, grid: bool 
     ``widening`` is one factor per row, or with ``grid`` a grid of factors (one column per factor).
     """
     k = np.asarray(widening, dtype=float)
-    q = np.array([_quantiles(cells, r.paths[i]) for i in rows]).reshape(len(rows), 3)
+    paths, first, each = np.unique(r.path_ids()[rows], return_index=True, return_inverse=True)
+    q = np.array([_quantiles(cells, r.paths[rows[i]]) for i in first]).reshape(len(paths), 3)[each]
     low, mid, high = (q[:, j:j + 1] if grid else q[:, j] for j in range(3))
     cap = r.log_cap[rows][:, None] if grid else r.log_cap[rows]
     return mid + k * (low - mid), np.minimum(mid + k * (high - mid), cap)

@@ -23,15 +23,13 @@ import csv
 import io
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 from pydantic import ValidationError
 
 from estimator.efficiency.calibration_profile import calibration_note
-from estimator.efficiency.defaults import PHYSICAL_LIMIT, EngineDefaults
-from estimator.efficiency.engine_profiles import EngineProfile, engine, engine_of_measurement
+from estimator.efficiency.engine_profiles import EngineProfile, engine_of_measurement
 from estimator.errors import (
     ConfigurationError,
     DatabaseError,
@@ -43,13 +41,14 @@ from estimator.errors import (
     write_atomically,
 )
 from estimator.evaluation.api import resolve_model
-from estimator.evaluation.configurations import Configuration, ConfigurationColumns
+from estimator.evaluation.configurations import Configuration
 from estimator.evaluation.intervals import default_backend, measurement_band, measurement_regime, row_interval
 from estimator.serving.lengths import preset_at_means
 from estimator.serving.workload import Layout, ServingOptions, check_layout, scale_up_domain
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import format_family, kv_format, weight_format
 from estimator.validation.metrics import METRICS, NEEDS_LENGTHS, result_column
+from estimator.validation.resolved import Resolved, predict_resolved
 from estimator.validation.row_calibration import calibration_of_row
 
 REQUIRED = ("id", "hardware", "n_gpus", "model", "weight_format", "batch", "input_len", "output_len", "metric")
@@ -213,24 +212,6 @@ def _status(exc: RooflineError) -> str:
     return "not_modelled" if "not modelled" in text else "invalid"
 
 
-@dataclass
-class Resolved:
-    """Rows that resolved, with their configurations and engines, ready to evaluate many times."""
-
-    positions: list[int] = field(default_factory=list)          # index of each resolved row in the input
-    configs: list[Configuration] = field(default_factory=list)
-    engines: list[str] = field(default_factory=list)            # engine profile name per resolved row
-    serving: list[ServingOptions] = field(default_factory=list)  # attention, cached context, offload, load
-    saturate: list[bool] = field(default_factory=list)          # offline: the largest batch that fits
-    batch_caps: list[float] = field(default_factory=list)       # the engine's max_num_seqs (inf: none)
-    profiled_sequences: list[float] = field(default_factory=list)  # its cap whatever the load (sampler warm-up)
-    requests_at_once: list[float] = field(default_factory=list)  # an all-at-once run's requests (0: none)
-    scheduling: list[tuple] = field(default_factory=list)       # its runtime's scheduling, where it differs
-    metrics: list[str] = field(default_factory=list)
-    columns: list[tuple[str, float]] = field(default_factory=list)  # result column and factor per row
-    cache: dict = field(default_factory=dict, repr=False, compare=False)  # prepared columns, per group
-
-
 def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
     """Resolve every row once; the second value is one result dict per input row (errors filled in)."""
     out = []
@@ -281,71 +262,6 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
     return resolved, out
 
 
-def predict_resolved(resolved: Resolved, parameters: dict[str, EngineDefaults] | None = None,
-                     physical_limit: bool = False) -> list[dict]:
-    """Results per resolved row, each engine's rows with its parameters (overridable, for fitting).
-
-    With ``physical_limit``, every row at 100% of datasheet bandwidth and peak with no overheads (the batch
-    of an offline row is still the engine's largest that fits).
-    """
-    results: list[dict] = [{} for _ in resolved.configs]
-    for idx, columns, batch in _evaluated_groups(resolved, parameters, physical_limit):
-        for j, i in enumerate(idx):
-            results[i] = {k: v[j] for k, v in columns.items()}
-            results[i]["batch_used"] = int(batch[j])
-    return results
-
-
-def predicted_array(resolved: Resolved, parameters: dict[str, EngineDefaults] | None = None) -> np.ndarray:
-    """Each resolved row's prediction in its metric's unit (the fast path a fit calls many times)."""
-    out = np.full(len(resolved.configs), np.nan)
-    for idx, columns, _ in _evaluated_groups(resolved, parameters, False):
-        for column, factor in {resolved.columns[i] for i in idx}:
-            rows = [j for j, i in enumerate(idx) if resolved.columns[i][0] == column]
-            out[np.asarray(idx)[rows]] = np.asarray(columns[column], dtype=float)[rows] * factor
-    return out
-
-
-def _evaluated_groups(resolved: Resolved, parameters, physical_limit: bool):
-    """(row indices, result columns, batch used) per group of rows sharing an engine, ServingOptions.shared() and
-    the scheduling of the runtime the row ran (the one it states, else its release's default:
-    :meth:`EngineProfile.scheduling_at`), on top of the engine's parameters: the efficiencies are one set across
-    runtimes and releases."""
-    for (name, serving, scheduling), (idx, prepared, batch, columns) in _prepared_groups(resolved,
-                                                                                         physical_limit).items():
-        params = PHYSICAL_LIMIT if physical_limit else (parameters or {}).get(name) or engine(name).parameters
-        params = params.model_copy(update=dict(scheduling)) if scheduling else params
-        yield idx, prepared.results(serving, params, batch, columns), batch
-
-
-def _prepared_groups(resolved: Resolved, physical_limit: bool) -> dict:
-    """Rows grouped by engine and shared serving options (each keeps its own prefix, attention and micro-batch),
-    as columns, with the batch each is evaluated at (cached).
-
-    An offline row (no batch, no load) runs at the largest batch whose KV cache fits, which depends on
-    memory only, never on the engine's efficiencies.
-    """
-    key = ("physical" if physical_limit else "engine")
-    if key not in resolved.cache:
-        groups = {}
-        keys = [(name, serving.shared(), scheduling)
-                for name, serving, scheduling in zip(resolved.engines, resolved.serving, resolved.scheduling)]
-        for group in dict.fromkeys(keys):
-            idx = [i for i, k in enumerate(keys) if k == group]
-            prepared = ConfigurationColumns.of([resolved.configs[i] for i in idx], physical_limit)
-            columns = ServingOptions.stacked_columns([resolved.serving[i] for i in idx])
-            columns["profiled_sequences"] = np.array([resolved.profiled_sequences[i] for i in idx])
-            batch = prepared.batch.copy()
-            saturate = np.array([resolved.saturate[i] for i in idx], dtype=bool)
-            if saturate.any():   # as many sequences as the KV cache holds, up to the scheduler's cap
-                first = prepared.results(group[1], engine(group[0]).parameters, serving_columns=columns)
-                cap = np.array([resolved.batch_caps[i] for i in idx])
-                batch = np.where(saturate, np.maximum(np.minimum(first["max_batch"], cap), 1).astype(int), batch)
-            groups[group] = (idx, prepared, batch, columns)
-        resolved.cache[key] = groups
-    return resolved.cache[key]
-
-
 def _flag(row: dict, key: str) -> bool:
     """A yes/no cell: 1, true or yes; 0, false, no or empty."""
     value = _cell(row, key).lower()
@@ -360,11 +276,6 @@ def _attention(row: dict) -> str:
     if value not in ("fused", "unfused"):
         raise ConfigurationError(f"column 'attention' must be fused or unfused, got {value!r}")
     return value
-
-
-def predicted_values(resolved: Resolved, results: list[dict]):
-    """Each resolved row's prediction in its metric's unit."""
-    return np.array([float(r[column]) * factor for r, (column, factor) in zip(results, resolved.columns)])
 
 
 def predict_rows(rows: list[dict], db: Database | None = None) -> list[dict]:

@@ -33,7 +33,8 @@ from estimator.specs.formats import format_family
 from estimator.validation import result_cache
 from estimator.validation.cross_validation import cross_validate
 from estimator.validation.dataset import Dataset, load_dataset
-from estimator.validation.fitting import GENERIC, Problem, build_problem, fit_all, fit_record
+from estimator.validation.fit_record import fit_record
+from estimator.validation.fitting import GENERIC, Problem, build_problem, fit_all
 from estimator.validation.interval_calibration import HeldOutBands, Residuals, held_out_bands, shipped_table
 
 HEADLINE_METRICS = {"decode": ("decode_tps_per_seq", "decode_tps_total", "itl_ms"),

@@ -1,6 +1,6 @@
 """Held-out results kept on disk under a key of everything they depend on, so a repeated
 `roofline validate --published` (or the notebook and the test suite after it) loads in a fraction of a
-second instead of refitting every fold for three minutes.
+second instead of refitting every fold for a minute and a half.
 
 The key is a SHA-256 over the dataset's rows and the files they name (calibration profiles, request lengths),
 every hardware and model entry (user folders included), every file of the project's packages (the estimator's
