@@ -291,8 +291,10 @@ def test_local_validation_runs_on_this_cpu(tmp_path, monkeypatch):
 
     from estimator.validation.local import validate_local
     monkeypatch.setenv("ROOFLINE_CALIBRATION_DIR", str(tmp_path))    # forces a (smoke) calibration first
-    data = json.loads(validate_local("cpu", ["Qwen/Qwen2.5-0.5B"], quick=True, as_json=True))
-    assert len(data["runs"]) == 2
+    # short prompts and outputs: the quick runs themselves (128-token prompts) are the validation notebook's
+    data = json.loads(validate_local("cpu", ["Qwen/Qwen2.5-0.5B"], quick=True, as_json=True, batches=[1, 4],
+                                     prompts=[32], output_tokens=4))
+    assert [(r["batch"], r["prompt"], r["output"]) for r in data["runs"]] == [(1, 32, 4), (4, 32, 4)]
     for run_ in data["runs"]:
         # structure and sanity only: measured timings move with whatever else runs on the machine, so how
         # close they come to the prediction is a benchmark figure, not a test
