@@ -92,8 +92,12 @@ def validate_local(device: str = "cpu", models=None, quick: bool = False, db: Da
     if profile is None:
         # a fresh measurement, for this run only: the dtype the decoder runs in, and the models' own decode
         # matrices (the calibration shape's curve misses a CPU's slow skinny GEMMs on large ones, §13)
+        # and the quick plan's GEMM sizes even in a smoke run: a prompt's GEMMs are of the order of a GFLOP each,
+        # and a 512^3 one (3 ms on 2 CPU cores) is too short to time on a busy machine: its rate swung from 87 to
+        # 134 GFLOP/s over three calibrations, the 1024^3 one's from 138 to 144, and the predicted TTFT with it
         plan = tiny_plan(device) if quick else plan_for(device, "quick")
-        plan = replace(plan, dtypes=(CURVE_DTYPE_OF_FORMAT[FORMAT_BY_DTYPE[dtype_name]],))
+        plan = replace(plan, dtypes=(CURVE_DTYPE_OF_FORMAT[FORMAT_BY_DTYPE[dtype_name]],),
+                       gemm_sizes=plan_for(device, "quick").gemm_sizes)
         profile = calibrate(device, "quick", plan=with_models(plan, [db.models.get(n) for n in names]), db=db)
     output = output_tokens or (16 if quick else 32)
     if batches or prompts:
