@@ -32,8 +32,8 @@ def forward_steps(x: np.ndarray, lower: np.ndarray, upper: np.ndarray, relative_
 
 def column_groups(depends: np.ndarray) -> list[list[int]]:
     """The columns of a Jacobian whose rows ``depends`` (rows x columns) marks, grouped so that no row depends on
-    two columns of a group: each column joins the first group it does not clash with (Curtis, Powell and Reid's
-    greedy grouping; the densest columns first, as they clash most).
+    two columns of a group: each column joins the first group it does not clash with, the densest columns first, as
+    they clash most (the greedy grouping of docs/formulas.md §9, "Fitting").
 
     >>> column_groups(np.array([[1, 0, 1, 0], [0, 1, 1, 0], [0, 0, 1, 1]], dtype=bool))
     [[2], [0, 1, 3]]
