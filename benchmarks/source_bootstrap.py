@@ -3,7 +3,7 @@
     python benchmarks/source_bootstrap.py                  # 30 replicates, seed 0, the table
     python benchmarks/source_bootstrap.py --replicates 100 --json benchmarks/results/source_bootstrap.json
 
-The fit record's standard errors (estimator/validation/fitting.py, ``fit_record``) come from the Jacobian at
+The fit record's standard errors (estimator/validation/fit_record.py) come from the Jacobian at
 the optimum and treat rows as independent; the rows of one source share its machine, build and method, so
 the unit to resample is the source (docs/formulas.md §9, "A bootstrap over sources"). Each replicate draws as
 many sources as the dataset has, with replacement, refits every engine on the rows of the sources drawn (a
