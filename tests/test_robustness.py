@@ -200,6 +200,15 @@ def test_validate_local_without_torch_says_how_to_install_it(monkeypatch):
     assert "install them with: pip install 'llm-roofline[calibrate]'" in err
 
 
+def test_validate_published_without_the_fit_extra_says_how_to_install_it(monkeypatch):
+    """Said at once, before the dataset is resolved, and naming the module that is missing."""
+    from estimator.validation import published
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)
+    monkeypatch.setattr(published, "build_problem", lambda *a, **k: pytest.fail("resolved before the check"))
+    err = refused("validate", "--published", "--no-cache")
+    assert "fitting needs the fit extra: pip install 'llm-roofline[fit]'" in err and "threadpoolctl" in err
+
+
 def test_an_unexpected_error_is_one_line_with_its_own_exit_code(monkeypatch):
     def broken(args):
         return 1 / 0

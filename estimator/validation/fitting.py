@@ -290,6 +290,13 @@ def prior_and_bounds(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return prior, LOWER, upper
 
 
+def require_fit_extra() -> None:
+    """Import what a fit needs beyond the core (the fit extra: scipy, threadpoolctl); an ImportError names the
+    missing one."""
+    import scipy.optimize  # noqa: F401
+    import threadpoolctl  # noqa: F401
+
+
 def _least_squares(rows: Problem, name: str, inherited: dict[int, float] | None = None):
     """Bounded least squares in log θ; ``inherited`` parameters (index: value) are held, not fitted."""
     # the fit needs scipy and threadpoolctl (the fit extra); predictions do not

@@ -34,7 +34,7 @@ from estimator.validation import result_cache
 from estimator.validation.cross_validation import cross_validate
 from estimator.validation.dataset import Dataset, load_dataset
 from estimator.validation.fit_record import fit_record
-from estimator.validation.fitting import GENERIC, Problem, build_problem, fit_all
+from estimator.validation.fitting import GENERIC, Problem, build_problem, fit_all, require_fit_extra
 from estimator.validation.interval_calibration import HeldOutBands, Residuals, held_out_bands, shipped_table
 
 HEADLINE_METRICS = {"decode": ("decode_tps_per_seq", "decode_tps_total", "itl_ms"),
@@ -132,6 +132,7 @@ def run(dataset: Dataset | None = None, db: Database | None = None, jobs: int | 
     if isinstance(kept, Validation):
         kept.from_cache = True
         return kept
+    require_fit_extra()   # before a minute of work, not at the first fit
     problem = build_problem(dataset, db, jobs)
     result = Validation(problem, cross_validate(problem, jobs=jobs, progress=progress), fit_all(problem, jobs), jobs)
     if key:
