@@ -593,7 +593,8 @@ def test_the_grouped_jacobian_is_the_one_scipy_takes(problem, name):
     for x in (np.log(np.clip(prior, lower * 1.001, upper * 0.999))[free], inside):
         f0 = data(x)
         scipy_s = approx_derivative(data, x, method="2-point", rel_step=DIFF_STEP, f0=f0, bounds=(log_lower, log_upper))
-        ours = grouped_jacobian(data, x, f0, forward_steps(x, log_lower, log_upper, DIFF_STEP), depends)
+        ours = grouped_jacobian(data, x, f0, forward_steps(x, log_lower, log_upper, DIFF_STEP), depends,
+                                column_groups(depends))
         assert np.abs(scipy_s).max() > 0.1 and np.allclose(ours, scipy_s, rtol=0, atol=1e-9)
 
 

@@ -51,7 +51,7 @@ from estimator.efficiency.engine_profiles import engine, split_engine_name
 from estimator.evaluation.intervals import measurement_regime
 from estimator.specs.database import Database, load_database
 from estimator.validation.dataset import Dataset
-from estimator.validation.jacobian import forward_steps, grouped_jacobian
+from estimator.validation.jacobian import column_groups, forward_steps, grouped_jacobian
 from estimator.validation.predict import resolve_rows
 from estimator.validation.resolved import Resolved, predict_resolved, predicted_array, predicted_values
 from estimator.validation.workers import map_in_workers
@@ -329,6 +329,7 @@ def _least_squares(rows: Problem, name: str, inherited: dict[int, float] | None 
 
     log_lower, log_upper = np.log(lower[free]), np.log(upper[free])
     depends = _dependence(rows)[:, free]
+    groups = column_groups(depends)
 
     def jacobian(log_free):
         f0 = last["data"] if np.array_equal(last.get("x"), log_free) else data(log_free)
@@ -336,7 +337,7 @@ def _least_squares(rows: Problem, name: str, inherited: dict[int, float] | None 
         r0 = regularizer(log_free)
         # the regularizer costs nothing to evaluate: one parameter at a time
         moved = [regularizer(log_free + step) - r0 for step in np.diag(steps)]
-        return np.vstack([grouped_jacobian(data, log_free, f0, steps, depends),
+        return np.vstack([grouped_jacobian(data, log_free, f0, steps, depends, groups),
                           np.array(moved).T / steps])
 
     start = np.clip(prior, lower * 1.001, upper * 0.999)[free]   # strictly inside the box
@@ -360,15 +361,16 @@ def _dependence(rows: Problem) -> np.ndarray:
     MoE experts run on the host CPU (``cpu_moe``) reads the CPU's factors as well. Any row may depend on the
     other parameters."""
     depends = np.ones((len(rows.measured), len(PARAMETER_NAMES)), dtype=bool)
+    columns = {kind: [PARAMETER_NAMES.index(f"{kind}_{g}") for g in GROUPS]
+               for kind in ("bandwidth", "dequant_bandwidth", "compute")}
     hardware = load_database().hardware
     for i, (config, serving) in enumerate(zip(rows.resolved.configs, rows.resolved.serving)):
         devices = [config.hardware] + ([hardware.get(serving.host_cpu)] if serving.cpu_moe != 0 else [])
         stream = "dequant_bandwidth" if config.weight_format.dequant != "native" else "bandwidth"
-        for kind in ("bandwidth", "dequant_bandwidth", "compute"):
-            groups = {GROUP_OF_CLASS[d.device_class.value] if kind == "compute" else bandwidth_group(d)
-                      for d in devices} if kind in (stream, "compute") else set()
-            for group in GROUPS:
-                depends[i, PARAMETER_NAMES.index(f"{kind}_{group}")] = group in groups
+        reads = {stream: {bandwidth_group(d) for d in devices},
+                 "compute": {GROUP_OF_CLASS[d.device_class.value] for d in devices}}
+        for kind, indices in columns.items():
+            depends[i, indices] = [g in reads.get(kind, ()) for g in GROUPS]
     return depends
 
 

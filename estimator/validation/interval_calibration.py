@@ -17,7 +17,8 @@ sources only (a nested loop; no refits, since the residuals are already held out
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -44,45 +45,36 @@ class Residuals:
     paths: list                # cell path per row, most general first
     phases: np.ndarray         # decode, prefill, throughput or serving: k is chosen per phase
     sources: np.ndarray
-    # every cell's rows (finite residuals, sorted by residual) and its entry over all of them, each row's cell keys
-    # and the sources as integers: built once
-    _cells: dict | None = field(default=None, init=False, repr=False, compare=False)
-    _row_cells: list | None = field(default=None, init=False, repr=False, compare=False)
-    _path_ids: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
-    _source_codes: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
+    @cached_property
     def cell_rows(self) -> dict[str, tuple[np.ndarray, list]]:
-        """Each cell's rows, in increasing order of their residuals, and its table entry over all of them
-        (computed on first use)."""
-        if self._cells is None:
-            groups: dict[str, list[int]] = {}
-            for i in np.flatnonzero(np.isfinite(self.log_ratio)):
-                for key in self.row_cells()[i]:
-                    groups.setdefault(key, []).append(i)
-            self._cells = {}
-            for key, idx in groups.items():
-                idx = np.array(idx)[np.argsort(self.log_ratio[idx], kind="stable")]
-                self._cells[key] = (idx, _entry(self, idx))
-        return self._cells
+        """Each cell's rows (finite residuals), in increasing order of their residuals, and its table entry over
+        all of them."""
+        groups: dict[str, list[int]] = {}
+        for i in np.flatnonzero(np.isfinite(self.log_ratio)):
+            for key in self.row_cells[i]:
+                groups.setdefault(key, []).append(i)
+        cells = {}
+        for key, idx in groups.items():
+            idx = np.array(idx)[np.argsort(self.log_ratio[idx], kind="stable")]
+            cells[key] = (idx, _entry(self, idx))
+        return cells
 
+    @cached_property
     def row_cells(self) -> list[list[str]]:
         """Each row's cell keys, most general first."""
-        if self._row_cells is None:
-            self._row_cells = [[cell_key(cell) for cell in path] for path in self.paths]
-        return self._row_cells
+        return [[cell_key(cell) for cell in path] for path in self.paths]
 
+    @cached_property
     def path_ids(self) -> np.ndarray:
         """Each row's path as an integer: rows with one path get one band from one table."""
-        if self._path_ids is None:
-            ids: dict[tuple, int] = {}
-            self._path_ids = np.array([ids.setdefault(tuple(keys), len(ids)) for keys in self.row_cells()])
-        return self._path_ids
+        ids: dict[tuple, int] = {}
+        return np.array([ids.setdefault(tuple(keys), len(ids)) for keys in self.row_cells])
 
+    @cached_property
     def source_codes(self) -> np.ndarray:
         """Each row's source as an integer (to count a cell's sources)."""
-        if self._source_codes is None:
-            self._source_codes = np.unique(self.sources, return_inverse=True)[1]
-        return self._source_codes
+        return np.unique(self.sources, return_inverse=True)[1]
 
 
 def _entry(r: Residuals, idx: np.ndarray) -> list:
@@ -96,7 +88,7 @@ def _entry(r: Residuals, idx: np.ndarray) -> list:
     # interpolated from the nearer end, as numpy's _lerp does, so the percentiles are np.quantile's to the last bit
     quantiles = np.where(fraction >= 0.5, high - (high - low) * (1 - fraction), low + (high - low) * fraction)
     return [*(round(float(v), 5) for v in quantiles), len(idx),
-            int(np.count_nonzero(np.bincount(r.source_codes()[idx])))]
+            int(np.count_nonzero(np.bincount(r.source_codes[idx])))]
 
 
 def build_cells(r: Residuals, mask: np.ndarray) -> dict:
@@ -106,9 +98,9 @@ def build_cells(r: Residuals, mask: np.ndarray) -> dict:
     cells that hold a row ``mask`` drops are worked out again; every other keeps its entry over all rows, computed
     once.
     """
-    cells = r.cell_rows()
+    cells = r.cell_rows
     dropped = np.flatnonzero(np.isfinite(r.log_ratio) & ~mask)
-    changed = {key for i in dropped for key in r.row_cells()[i]}
+    changed = {key for i in dropped for key in r.row_cells[i]}
     table = {key: whole for key, (idx, whole) in cells.items() if key not in changed and len(idx) >= MIN_CELL_ROWS}
     for key in changed:
         idx = cells[key][0]
@@ -124,7 +116,7 @@ def log_bands(r: Residuals, cells: dict, rows: np.ndarray, widening, grid: bool 
     ``widening`` is one factor per row, or with ``grid`` a grid of factors (one column per factor).
     """
     k = np.asarray(widening, dtype=float)
-    paths, first, each = np.unique(r.path_ids()[rows], return_index=True, return_inverse=True)
+    paths, first, each = np.unique(r.path_ids[rows], return_index=True, return_inverse=True)
     q = np.array([_quantiles(cells, r.paths[rows[i]]) for i in first]).reshape(len(paths), 3)[each]
     low, mid, high = (q[:, j:j + 1] if grid else q[:, j] for j in range(3))
     cap = r.log_cap[rows][:, None] if grid else r.log_cap[rows]

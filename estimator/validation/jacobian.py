@@ -52,12 +52,13 @@ def column_groups(depends: np.ndarray) -> list[list[int]]:
 
 
 def grouped_jacobian(rows_residuals: Callable[[np.ndarray], np.ndarray], x: np.ndarray, f0: np.ndarray,
-                     steps: np.ndarray, depends: np.ndarray) -> np.ndarray:
+                     steps: np.ndarray, depends: np.ndarray, groups: list[list[int]]) -> np.ndarray:
     """Forward-difference Jacobian of ``rows_residuals`` (one value per row) at ``x``, where it takes the values
-    ``f0``, with ``steps``; ``depends[i, j]`` says whether row i may depend on parameter j at all. One evaluation
-    per group of :func:`column_groups`; each column is read off the rows that may depend on it (zero elsewhere)."""
+    ``f0``, with ``steps``; ``depends[i, j]`` says whether row i may depend on parameter j at all, and ``groups`` are
+    its :func:`column_groups`. One evaluation per group; each column is read off the rows that may depend on it
+    (zero elsewhere)."""
     jac = np.zeros((len(f0), len(x)))
-    for group in column_groups(depends):
+    for group in groups:
         moved = x.copy()
         moved[group] += steps[group]
         change = rows_residuals(moved) - f0

@@ -95,9 +95,9 @@ def validate_local(device: str = "cpu", models=None, quick: bool = False, db: Da
         # and the quick plan's GEMM sizes even in a smoke run: a prompt's GEMMs are of the order of a GFLOP each,
         # and a 512^3 one (3 ms on 2 CPU cores) is too short to time on a busy machine: its rate swung from 87 to
         # 134 GFLOP/s over three calibrations, the 1024^3 one's from 138 to 144, and the predicted TTFT with it
-        plan = tiny_plan(device) if quick else plan_for(device, "quick")
-        plan = replace(plan, dtypes=(CURVE_DTYPE_OF_FORMAT[FORMAT_BY_DTYPE[dtype_name]],),
-                       gemm_sizes=plan_for(device, "quick").gemm_sizes)
+        quick_plan = plan_for(device, "quick")
+        plan = replace(tiny_plan(device) if quick else quick_plan,
+                       dtypes=(CURVE_DTYPE_OF_FORMAT[FORMAT_BY_DTYPE[dtype_name]],), gemm_sizes=quick_plan.gemm_sizes)
         profile = calibrate(device, "quick", plan=with_models(plan, [db.models.get(n) for n in names]), db=db)
     output = output_tokens or (16 if quick else 32)
     if batches or prompts:

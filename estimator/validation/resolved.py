@@ -43,7 +43,7 @@ def predict_resolved(resolved: Resolved, parameters: dict[str, EngineDefaults] |
     of an offline row is still the engine's largest that fits).
     """
     results: list[dict] = [{} for _ in resolved.configs]
-    for idx, columns, batch in _evaluated_groups(resolved, parameters, physical_limit):
+    for idx, columns, batch, _ in _evaluated_groups(resolved, parameters, physical_limit):
         for j, i in enumerate(idx):
             results[i] = {k: v[j] for k, v in columns.items()}
             results[i]["batch_used"] = int(batch[j])
@@ -53,23 +53,22 @@ def predict_resolved(resolved: Resolved, parameters: dict[str, EngineDefaults] |
 def predicted_array(resolved: Resolved, parameters: dict[str, EngineDefaults] | None = None) -> np.ndarray:
     """Each resolved row's prediction in its metric's unit (the fast path a fit calls many times)."""
     out = np.full(len(resolved.configs), np.nan)
-    groups = _prepared_groups(resolved, False).values()
-    for (_, columns, _), (*_, readout) in zip(_evaluated_groups(resolved, parameters, False), groups):
+    for _, columns, _, readout in _evaluated_groups(resolved, parameters, False):
         for column, factor, within, rows in readout:
             out[rows] = np.asarray(columns[column], dtype=float)[within] * factor
     return out
 
 
 def _evaluated_groups(resolved: Resolved, parameters, physical_limit: bool):
-    """(row indices, result columns, batch used) per group of rows sharing an engine, ServingOptions.shared() and
-    the scheduling of the runtime the row ran (the one it states, else its release's default:
-    :meth:`EngineProfile.scheduling_at`), on top of the engine's parameters: the efficiencies are one set across
-    runtimes and releases."""
-    for (name, serving, scheduling), (idx, prepared, batch, columns, _) in _prepared_groups(resolved,
-                                                                                            physical_limit).items():
+    """(row indices, result columns, batch used, readout) per group of rows sharing an engine,
+    ServingOptions.shared() and the scheduling of the runtime the row ran (the one it states, else its release's
+    default: :meth:`EngineProfile.scheduling_at`), on top of the engine's parameters: the efficiencies are one set
+    across runtimes and releases."""
+    for (name, serving, scheduling), (idx, prepared, batch, columns, readout) in _prepared_groups(
+            resolved, physical_limit).items():
         params = PHYSICAL_LIMIT if physical_limit else (parameters or {}).get(name) or engine(name).parameters
         params = params.model_copy(update=dict(scheduling)) if scheduling else params
-        yield idx, prepared.results(serving, params, batch, columns), batch
+        yield idx, prepared.results(serving, params, batch, columns), batch, readout
 
 
 def _prepared_groups(resolved: Resolved, physical_limit: bool) -> dict:
