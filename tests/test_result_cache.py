@@ -48,6 +48,21 @@ def test_the_key_does_not_depend_on_where_the_package_is_installed(dataset, db, 
     assert result_cache.validation_key(Dataset(moved, dataset.files), db) != result_cache.validation_key(dataset, db)
 
 
+def test_same_named_files_in_two_folders_both_count(dataset, db, tmp_path):
+    """Two measurement folders may each hold a file of one name (a calibration profile); an edit to either one's
+    content changes the key, not only to the first read."""
+    named = next(r for r in dataset.rows if r.get("calibration"))
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        (folder / named["calibration"]).parent.mkdir(parents=True)
+        shutil.copy(Path(named["folder"]) / named["calibration"], folder / named["calibration"])
+    rows = [{**named, "folder": str(first)}, {**named, "id": named["id"] + "-again", "folder": str(second)}]
+    before = result_cache.validation_key(Dataset(rows, dataset.files), db)
+    edited = second / named["calibration"]
+    edited.write_text(edited.read_text() + "\n# edited\n")
+    assert result_cache.validation_key(Dataset(rows, dataset.files), db) != before
+
+
 def test_a_changed_hardware_or_model_entry_changes_the_key(dataset, db):
     name = "H100 SXM"
     h100 = db.hardware.get(name)

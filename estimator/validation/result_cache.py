@@ -50,9 +50,9 @@ def validation_key(dataset: Dataset, db: Database) -> str:
     # notebook they run may import two copies); the files its columns name are, read from there
     digest.update(json.dumps([{k: v for k, v in row.items() if k != "folder"} for row in dataset.rows],
                              sort_keys=True).encode())
-    for name, content in sorted(_named_files(dataset.rows).items()):
+    for name, content_digest in _named_files(dataset.rows):
         digest.update(name.encode())
-        digest.update(content)
+        digest.update(content_digest)
     for registry in (db.hardware, db.models):
         for name in sorted(registry.entries):
             # an entry's names are derived from its fields, so its fields are the whole of it
@@ -66,16 +66,13 @@ def validation_key(dataset: Dataset, db: Database) -> str:
     return digest.hexdigest()
 
 
-def _named_files(rows: list[dict]) -> dict[str, bytes]:
-    """The content of every file the rows name (a calibration profile, a lengths file), by the name they give."""
-    files = {}
-    for row in rows:
-        for column in ROW_FILE_COLUMNS:
-            name = row.get(column)
-            path = Path(row.get("folder") or ".") / name if name else None
-            if path is not None and name not in files and path.is_file():
-                files[name] = path.read_bytes()
-    return files
+def _named_files(rows: list[dict]) -> list[tuple[str, bytes]]:
+    """Every file the rows name (a calibration profile, a lengths file), as the name they give and the SHA-256 of
+    its content, sorted. Files are told apart by folder and name, so two folders that each hold a file of one
+    name count with both contents; the folder itself is left out (see :func:`validation_key`)."""
+    paths = {(row.get("folder") or ".", row[column]) for row in rows for column in ROW_FILE_COLUMNS if row.get(column)}
+    return sorted({(name, hashlib.sha256(path.read_bytes()).digest())
+                   for folder, name in paths if (path := Path(folder) / name).is_file()})
 
 
 def _version(distribution: str) -> str:
