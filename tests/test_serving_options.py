@@ -107,6 +107,18 @@ def test_predict_reads_the_cap_and_the_hit_rate(db):
     assert bad["status"] == "invalid" and "'prefix_hit_rate'" in bad["reason"] and "from 0 to 1" in bad["reason"]
 
 
+@pytest.mark.parametrize("column, value, accepted", [("concurrency", "0", ">= 1"), ("concurrency", "2.5", "whole"),
+                                                     ("request_rate", "0", "> 0"), ("request_rate", "inf", ">= 0"),
+                                                     ("max_num_seqs", "0", ">= 1")])
+def test_a_written_zero_load_is_the_rows_error_not_no_load(db, column, value, accepted):
+    """A 0 in a load or cap column is refused with the column named, not read as an empty cell (which would
+    evaluate the row at the largest batch, or as all its requests sent at once); the other rows still run."""
+    load = {} if column in ("concurrency", "request_rate") else {"concurrency": "8"}
+    bad, good = predict_rows([{**ROW, **load, column: value}, {**ROW, "id": "g", "concurrency": "8"}], db)
+    assert bad["status"] == "invalid" and f"'{column}'" in bad["reason"] and accepted in bad["reason"]
+    assert good["status"] == "ok"
+
+
 def test_predict_lays_out_devices_beyond_a_node(db):
     """64 H100s: TP 8 within each HGX board, 8 replicas; 72 GB200s form one NVL72 domain, TP limited by the heads."""
     row = {**ROW, "model": "meta-llama/Llama-3.1-70B-Instruct", "batch": "64", "metric": "throughput_out_tps",

@@ -104,6 +104,17 @@ def _int(row: dict, key: str, default: int | None = None, minimum: int = 0) -> i
     return int(value)
 
 
+def _load(row: dict, key: str, whole: bool = False) -> float:
+    """A cell that sets a load or a cap (``concurrency``, ``request_rate``, ``max_num_seqs``): empty for none (0),
+    else a finite number above 0, a whole one for a count. A written 0 is an error, not the absence of a load."""
+    if not _cell(row, key):
+        return 0
+    value = _int(row, key, minimum=1) if whole else _number(row, key)
+    if value <= 0:
+        raise ConfigurationError(f"column {key!r} must be a finite number > 0, got {_cell(row, key)!r}")
+    return value
+
+
 def hardware_of_row(row: dict, db: Database):
     """The row's device, resolved once (the engine's backend and the configuration both need it), with the
     row's ``memory_gib`` when it names one of the sizes the device is sold with (else its largest)."""
@@ -170,7 +181,7 @@ def serving_from_row(row: dict) -> ServingOptions:
     """The row's serving conditions: attention kind, cached context, partial offload, and load."""
     depth = _int(row, "context_depth", 0)
     options = dict(attention=_attention(row), prefix_tokens=depth, gpu_layers=_int(row, "gpu_layers", 0) or None,
-                   concurrency=_int(row, "concurrency", 0), rate=_number(row, "request_rate", 0.0),
+                   concurrency=_load(row, "concurrency", whole=True), rate=float(_load(row, "request_rate")),
                    prefix_hit_rate=_number(row, "prefix_hit_rate", 0.0, maximum=1.0),
                    # a finite run at a rate, or (no rate, concurrency or batch) sent all at once
                    num_requests=0 if _cell(row, "concurrency") or _cell(row, "batch") else _int(row, "num_requests", 0),
@@ -229,7 +240,7 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             config = configuration_from_row(row, db, profile, hardware)
             serving = serving_from_row(row)
             # the engine's cap on running sequences: the row's, else the engine's default for this device
-            cap = float(_int(row, "max_num_seqs", 0, minimum=0) or
+            cap = float(_load(row, "max_num_seqs", whole=True) or
                         (profile.scheduler.max_num_seqs_on(hardware) if profile.scheduler else math.inf))
             if serving.engine_sets_batch and math.isfinite(cap):
                 serving = serving.model_copy(update={"max_num_seqs": int(cap)})
