@@ -152,6 +152,20 @@ def test_predict_never_overwrites_without_force(capsys, tmp_path):
     assert code == 0 and "precious" not in (tmp_path / "out.csv").read_text()
 
 
+def test_predict_refuses_a_column_the_schema_does_not_name(capsys, tmp_path):
+    """A misspelt load column would be ignored and its rows run with no load (at the largest batch the engine runs):
+    the file is refused in one line that names the column and its nearest schema column, and nothing is written."""
+    row = {"id": "a", "hardware": "h100", "n_gpus": "1", "model": "llama-3.1-8b", "weight_format": "bf16",
+           "batch": "", "concurency": "8", "input_len": "512", "output_len": "128", "metric": "itl_ms"}
+    _write_csv(tmp_path / "in.csv", [row])
+    code, out, err = cli(capsys, "predict", "--csv", str(tmp_path / "in.csv"), "--out", str(tmp_path / "o.csv"))
+    assert code == 2 and not out and len(err.splitlines()) == 1 and not (tmp_path / "o.csv").exists()
+    assert "unknown column 'concurency' (did you mean 'concurrency'?)" in err and "SCHEMA.md" in err
+    _write_csv(tmp_path / "in.csv", [{**{k: v for k, v in row.items() if k != "concurency"}, "concurrency": "8"}])
+    code, out, _ = cli(capsys, "predict", "--csv", str(tmp_path / "in.csv"), "--out", str(tmp_path / "o.csv"))
+    assert code == 0 and "1 ok" in out
+
+
 def test_predict_rejects_a_csv_without_required_columns(capsys, tmp_path):
     (tmp_path / "in.csv").write_text("id,model\n1,llama-3.1-8b\n")
     code, _, err = cli(capsys, "predict", "--csv", str(tmp_path / "in.csv"), "--out", str(tmp_path / "o.csv"))

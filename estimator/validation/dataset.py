@@ -7,6 +7,7 @@ with a value outside what the schema accepts, is a database error naming the fil
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import re
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ COLUMNS = ("id", "source", "url", "framework", "engine", "engine_version", "back
            "tp", "model", "params_b", "active_params_b", "weight_format", "kv_format", "batch", "concurrency",
            "request_rate", "input_len", "output_len", "context_depth", "attention", "gpu_layers", "cpu_moe", "n_ubatch",
            "metric", "statistic", "value", "unit", "notes")
+# The optional columns of measurements_db/SCHEMA.md: read by `roofline predict`, and by validation where a collection
+# has them
+OPTIONAL_COLUMNS = ("pp", "ep", "dp", "attention_dp", "runtime", "memory_gib", "max_num_seqs", "prefix_hit_rate",
+                    "lengths", "calibration", "num_requests", "token_ids")
 STATISTICS = ("", "mean", "median", "p90", "p99")
 # Synthetic token ids a benchmark fed instead of text (the optional ``token_ids`` column): llama-batched-bench fed
 # token 0 everywhere before August 2025 and random ids since (docs/formulas.md §9)
@@ -64,6 +69,8 @@ def load_dataset() -> Dataset:
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
             raise DatabaseError(f"measurements_db/{path.name}: missing columns {missing}")
+        if unknown := unknown_columns(reader.fieldnames):
+            raise DatabaseError(f"measurements_db/{path.name}: {unknown}")
         for row in reader:
             problem = _row_problem(row, seen) or _file_problem(row, folder, "calibration") \
                 or _file_problem(row, folder, "lengths", ".csv")
@@ -74,6 +81,20 @@ def load_dataset() -> Dataset:
             rows.append({**row, "file": path.name, "folder": str(folder)})
         files.append(path.name)
     return Dataset(rows, files)
+
+
+def unknown_columns(names) -> str:
+    """The header's columns the schema does not name, in words ('' when there are none), each with the nearest
+    schema column where one is close: a misspelt 'concurency' would otherwise be ignored and its rows run with no
+    load. Empty names (a header's trailing comma) carry nothing and pass."""
+    unknown = [n for n in names or () if n and n not in (*COLUMNS, *OPTIONAL_COLUMNS)]
+    if not unknown:
+        return ""
+    named = ", ".join(repr(n) + "".join(f" (did you mean {m!r}?)" for m in
+                                         difflib.get_close_matches(n, (*COLUMNS, *OPTIONAL_COLUMNS), n=1, cutoff=0.75))
+                      for n in unknown)
+    return (f"unknown column{'s' if len(unknown) > 1 else ''} {named}; the columns are those of "
+            f"measurements_db/SCHEMA.md: {', '.join((*COLUMNS, *OPTIONAL_COLUMNS))}")
 
 
 def _cites_source(url: str) -> bool:

@@ -47,6 +47,7 @@ from estimator.serving.lengths import preset_at_means
 from estimator.serving.workload import Layout, ServingOptions, check_layout, scale_up_domain
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import format_family, kv_format, weight_format
+from estimator.validation.dataset import unknown_columns
 from estimator.validation.metrics import METRICS, NEEDS_LENGTHS, result_column
 from estimator.validation.resolved import Resolved, predict_resolved
 from estimator.validation.row_calibration import calibration_of_row
@@ -344,6 +345,8 @@ def predict_file(in_path: str, out_path: str, db: Database | None = None, force:
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
             raise ConfigurationError(f"--csv {src}: missing columns {missing}; required: {', '.join(REQUIRED)}")
+        if unknown := unknown_columns(reader.fieldnames):
+            raise ConfigurationError(f"--csv {src}: {unknown}")
         rows = [{**row, "folder": str(src.parent)} for row in reader]   # calibration paths are the file's
     except csv.Error as exc:
         raise ConfigurationError(f"--csv {src} is not a readable CSV file: {exc}") from None
