@@ -56,6 +56,21 @@ def test_vllm_caps_by_device_as_its_source_says(db):
     assert estimate("llama-3.2-1b", "h100", **small).max_running_sequences > 1024   # the KV cache alone
 
 
+def test_vllm_v0_releases_cap_at_256_on_every_device(db):
+    """V0 (releases before 0.8.0) ran at most 256 sequences when the user set no cap, on any device; V1's larger
+    default is for large devices (engines_db/vllm.yaml, runtimes.v0.scheduler). A release's row takes its own."""
+    h100 = db.hardware.get("h100")
+    assert engine("vLLM@0.7.3").scheduler.max_num_seqs_on(h100) == 256
+    assert engine("vLLM@v0").scheduler.max_num_seqs_on(h100) == 256
+    assert engine("vLLM").scheduler.max_num_seqs_on(h100) == engine("vLLM@0.9.0").scheduler.max_num_seqs_on(h100) == 1024
+    burst = {**ROW, "model": "meta-llama/Llama-3.2-1B", "metric": "throughput_out_tps", "input_len": "80",
+             "output_len": "60", "num_requests": "1024"}
+    old, new = predict_rows([{**burst, "engine_version": "0.6.3"}, {**burst, "id": "n", "engine_version": "0.11.0"}],
+                            db)
+    assert "the engine runs at most 256" in old["reason"] and "the engine runs at most 1024" in new["reason"]
+    assert float(old["predicted"]) < float(new["predicted"])
+
+
 def test_max_num_seqs_needs_a_load(capsys):
     code, out, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--max-num-seqs", "8")
     assert code == 2 and "add --concurrency, --rate or --num-requests" in err and len(err.splitlines()) == 1 and not out

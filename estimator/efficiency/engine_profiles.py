@@ -89,6 +89,8 @@ class Runtime(Frozen):
 
     scheduling: dict[SchedulingKey, bool | int | float | None] = Field(
         description="EngineDefaults values this runtime runs with")
+    scheduler: SchedulerDefaults | None = Field(
+        default=None, description="its own default cap on running sequences, where it is not the profile's")
     source: str
 
 
@@ -178,13 +180,22 @@ class EngineProfile(Frozen):
         chosen = self.runtimes.get(self.runtime_of(engine_version, runtime))
         return tuple(sorted(chosen.scheduling.items())) if chosen else ()
 
+    def scheduler_at(self, engine_version: str = "", runtime: str = "") -> SchedulerDefaults | None:
+        """The default cap on running sequences a run had: its runtime's (:meth:`runtime_of`) where that has its own
+        (vLLM's V0 engine: 256 on every device), else the profile's."""
+        chosen = self.runtimes.get(self.runtime_of(engine_version, runtime))
+        return chosen.scheduler if chosen and chosen.scheduler else self.scheduler
+
     def as_run(self, suffix: str) -> "EngineProfile":
         """The profile as a release (``vLLM@0.7.3``) or a named runtime (``TensorRT-LLM@tensorrt``) runs:
-        ``name@suffix``, its scheduling where it differs. A runtime's name (``v0``) is never read as a release."""
+        ``name@suffix``, its scheduling and default cap where they differ. A runtime's name (``v0``) is never read
+        as a release."""
         by_release = suffix.strip().lower() not in self.runtime_names and release_of(suffix) is not None
-        scheduling = dict(self.scheduling_at(suffix, "" if by_release else suffix))
+        version, runtime = (suffix, "") if by_release else ("", suffix)
+        scheduling = dict(self.scheduling_at(version, runtime))
         return self.model_copy(update={"name": f"{self.name}{BACKEND_MARK}{suffix}",
-                                       "parameters": self.parameters.model_copy(update=scheduling)})
+                                       "parameters": self.parameters.model_copy(update=scheduling),
+                                       "scheduler": self.scheduler_at(version, runtime)})
 
     def runs(self, fmt: WeightFormat) -> WeightFormat:
         """The format as this engine computes it: its compute dtypes limited to those the kernels have."""

@@ -240,9 +240,10 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             scheduling = profile.scheduling_at(_cell(row, "engine_version"), _cell(row, "runtime"))
             config = configuration_from_row(row, db, profile, hardware)
             serving = serving_from_row(row)
-            # the engine's cap on running sequences: the row's, else the engine's default for this device
+            # the engine's cap on running sequences: the row's, else its release's default for this device
+            scheduler = profile.scheduler_at(_cell(row, "engine_version"), _cell(row, "runtime"))
             cap = float(_load(row, "max_num_seqs", whole=True) or
-                        (profile.scheduler.max_num_seqs_on(hardware) if profile.scheduler else math.inf))
+                        (scheduler.max_num_seqs_on(hardware) if scheduler else math.inf))
             if serving.engine_sets_batch and math.isfinite(cap):
                 serving = serving.model_copy(update={"max_num_seqs": int(cap)})
             if serving.prefix_tokens:   # a prompt measured on top of cached tokens (llama-bench ppN @ dM)
