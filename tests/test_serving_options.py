@@ -124,11 +124,14 @@ def test_predict_reads_the_cap_and_the_hit_rate(db):
 
 @pytest.mark.parametrize("column, value, accepted", [("concurrency", "0", ">= 1"), ("concurrency", "2.5", "whole"),
                                                      ("request_rate", "0", "> 0"), ("request_rate", "inf", ">= 0"),
-                                                     ("max_num_seqs", "0", ">= 1")])
+                                                     ("max_num_seqs", "0", ">= 1"), ("num_requests", "0", ">= 1"),
+                                                     ("tp", "0", ">= 1"), ("dp", "0", ">= 1"),
+                                                     ("gpu_layers", "0", ">= 1")])
 def test_a_written_zero_load_is_the_rows_error_not_no_load(db, column, value, accepted):
-    """A 0 in a load or cap column is refused with the column named, not read as an empty cell (which would
-    evaluate the row at the largest batch, or as all its requests sent at once); the other rows still run."""
-    load = {} if column in ("concurrency", "request_rate") else {"concurrency": "8"}
+    """A 0 in a load, cap or count column is refused with the column named, not read as an empty cell (which would
+    evaluate the row at the largest batch, as all its requests sent at once, in the default layout or with every layer
+    on the device); the other rows still run."""
+    load = {} if column in ("concurrency", "request_rate", "num_requests") else {"concurrency": "8"}
     bad, good = predict_rows([{**ROW, **load, column: value}, {**ROW, "id": "g", "concurrency": "8"}], db)
     assert bad["status"] == "invalid" and f"'{column}'" in bad["reason"] and accepted in bad["reason"]
     assert good["status"] == "ok"

@@ -106,8 +106,10 @@ def _int(row: dict, key: str, default: int | None = None, minimum: int = 0) -> i
 
 
 def _load(row: dict, key: str, whole: bool = False) -> float:
-    """A cell that sets a load or a cap (``concurrency``, ``request_rate``, ``max_num_seqs``): empty for none (0),
-    else a finite number above 0, a whole one for a count. A written 0 is an error, not the absence of a load."""
+    """A cell that sets a load, a cap or a count of devices or layers (``concurrency``, ``request_rate``,
+    ``max_num_seqs``, ``num_requests``, ``tp``/``pp``/``ep``/``dp``, ``gpu_layers``): empty for none (0), else a finite
+    number above 0, a whole one for a count. A written 0 is an error, not the absence of a setting: read as empty it
+    would run the row another way (no load; the default layout; every layer on the device)."""
     if not _cell(row, key):
         return 0
     value = _int(row, key, minimum=1) if whole else _number(row, key)
@@ -167,7 +169,7 @@ def layout_of_row(row: dict, model, hardware, engine: EngineProfile | None = Non
     a model (:meth:`Layout.from_devices`: TP within the device's scale-up domain, replicas across domains;
     llama.cpp and ExLlamaV2 split layers, a pipeline)."""
     devices = _int(row, "n_gpus", 1, minimum=1)
-    tp, pp, ep, dp = (_int(row, key, 0) or None for key in ("tp", "pp", "ep", "dp"))
+    tp, pp, ep, dp = (_load(row, key, whole=True) or None for key in ("tp", "pp", "ep", "dp"))
     if engine is not None and engine.multi_gpu == "layers" and tp is None and pp is None:
         tp, pp = 1, devices // (dp or 1)
     layout = Layout.from_devices(devices=devices, tp=tp, pp=pp or 1, ep=ep or 1, model=model,
@@ -181,11 +183,13 @@ def layout_of_row(row: dict, model, hardware, engine: EngineProfile | None = Non
 def serving_from_row(row: dict) -> ServingOptions:
     """The row's serving conditions: attention kind, cached context, partial offload, and load."""
     depth = _int(row, "context_depth", 0)
-    options = dict(attention=_attention(row), prefix_tokens=depth, gpu_layers=_int(row, "gpu_layers", 0) or None,
+    sent = 0 if _cell(row, "concurrency") or _cell(row, "batch") else _load(row, "num_requests", whole=True)
+    options = dict(attention=_attention(row), prefix_tokens=depth,
+                   gpu_layers=_load(row, "gpu_layers", whole=True) or None,
                    concurrency=_load(row, "concurrency", whole=True), rate=float(_load(row, "request_rate")),
                    prefix_hit_rate=_number(row, "prefix_hit_rate", 0.0, maximum=1.0),
                    # a finite run at a rate, or (no rate, concurrency or batch) sent all at once
-                   num_requests=0 if _cell(row, "concurrency") or _cell(row, "batch") else _int(row, "num_requests", 0),
+                   num_requests=sent,
                    # MoE layers whose experts are in host memory (llama.cpp --n-cpu-moe; docs/formulas.md §8)
                    cpu_moe=_int(row, "cpu_moe", 0))
     lengths = _cell(row, "lengths")
@@ -263,7 +267,7 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             resolved.engines.append(profile.name)
             resolved.serving.append(serving)
             resolved.saturate.append(not _cell(row, "batch") and not serving.under_load)
-            at_once = _int(row, "num_requests", 0) if not serving.under_load else 0   # requests sent at once
+            at_once = _load(row, "num_requests", whole=True) if not serving.under_load else 0   # sent at once
             resolved.batch_caps.append(min(cap, at_once or math.inf))
             resolved.profiled_sequences.append(cap)
             resolved.requests_at_once.append(float(at_once))
