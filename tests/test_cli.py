@@ -140,6 +140,24 @@ def test_predict_keeps_going_past_unknown_rows(capsys, tmp_path):
     assert result["e"]["status"] == "ok" and result["e"]["rel_error"] == ""
 
 
+def test_predict_marks_a_bad_word_cell_invalid_and_runs_the_rest(capsys, tmp_path):
+    """A backend, statistic or token_ids cell that is none of its words is that row's error, named: a misspelt backend
+    used to stop the whole run with an error about an engine 'generic@cudaa' the file never named, and an unknown
+    statistic was compared with the mean."""
+    good = {"id": "a", "hardware": "h100", "n_gpus": "1", "model": "llama-3.1-8b", "weight_format": "bf16",
+            "batch": "1", "input_len": "512", "output_len": "128", "metric": "itl_ms", "backend": "",
+            "statistic": "", "token_ids": ""}
+    rows = [good, {**good, "id": "b", "backend": "cudaa"}, {**good, "id": "c", "statistic": "p95"},
+            {**good, "id": "d", "token_ids": "bogus"}]
+    _write_csv(tmp_path / "in.csv", rows)
+    code, out, _ = cli(capsys, "predict", "--csv", str(tmp_path / "in.csv"), "--out", str(tmp_path / "out.csv"))
+    assert code == 0 and "wrote 4 rows" in out
+    result = {r["id"]: r for r in csv.DictReader((tmp_path / "out.csv").open())}
+    assert result["a"]["status"] == "ok"
+    for key, column, word in (("b", "backend", "cudaa"), ("c", "statistic", "p95"), ("d", "token_ids", "bogus")):
+        assert result[key]["status"] == "invalid" and column in result[key]["reason"] and word in result[key]["reason"]
+
+
 def test_predict_never_overwrites_without_force(capsys, tmp_path):
     (tmp_path / "out.csv").write_text("precious")
     _write_csv(tmp_path / "in.csv", [{"id": "a", "framework": "", "hardware": "h100", "n_gpus": "1",

@@ -112,6 +112,18 @@ def _file_problem(row: dict, folder, column: str, suffix: str = "") -> str | Non
     return None
 
 
+# Columns whose cell is one of a few words (or empty)
+ENUMERATED_COLUMNS = (("backend", ("", *BACKENDS)), ("statistic", STATISTICS), ("token_ids", TOKEN_IDS))
+
+
+def enumerated_problem(row: dict) -> str | None:
+    """The first of ``ENUMERATED_COLUMNS`` whose cell is none of its words, in words; None when all are."""
+    for key, allowed in ENUMERATED_COLUMNS:
+        if (row.get(key) or "") not in allowed:
+            return f"{key} {row.get(key)!r} is not one of {', '.join(a for a in allowed if a)} (or empty)"
+    return None
+
+
 def _row_problem(row: dict, seen: set) -> str | None:
     if not row.get("id") or row["id"] in seen:
         return "missing or duplicate id"
@@ -121,9 +133,8 @@ def _row_problem(row: dict, seen: set) -> str | None:
         return f"unknown metric {row.get('metric')!r}"
     if not row.get("source"):
         return "no source id"
-    for key, allowed in (("backend", ("", *BACKENDS)), ("statistic", STATISTICS), ("token_ids", TOKEN_IDS)):
-        if row.get(key, "") not in allowed:
-            return f"{key} {row.get(key)!r} is not one of {', '.join(a for a in allowed if a)}"
+    if problem := enumerated_problem(row):
+        return problem
     if not DATE.match(row.get("date", "")):
         return f"date {row.get('date')!r} is not YYYY-MM or YYYY-MM-DD"
     name = row.get("engine") or ""

@@ -47,7 +47,7 @@ from estimator.serving.lengths import preset_at_means
 from estimator.serving.workload import Layout, ServingOptions, check_layout, scale_up_domain
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import format_family, kv_format, weight_format
-from estimator.validation.dataset import unknown_columns
+from estimator.validation.dataset import ENUMERATED_COLUMNS, enumerated_problem, unknown_columns
 from estimator.validation.metrics import METRICS, NEEDS_LENGTHS, result_column
 from estimator.validation.resolved import Resolved, predict_resolved
 from estimator.validation.row_calibration import calibration_of_row
@@ -239,6 +239,8 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
         try:
             if result["measured"]:
                 _number(row, "value", minimum=0.0)
+            if problem := enumerated_problem({k: _cell(row, k) for k, _ in ENUMERATED_COLUMNS}):
+                raise ConfigurationError(f"column {problem}")
             hardware = hardware_of_row(row, db)
             profile = engine_of_row(row, hardware)
             scheduling = profile.scheduling_at(_cell(row, "engine_version"), _cell(row, "runtime"))
