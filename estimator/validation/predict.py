@@ -105,7 +105,7 @@ def _int(row: dict, key: str, default: int | None = None, minimum: int = 0) -> i
     return int(value)
 
 
-def _load(row: dict, key: str, whole: bool = False) -> float:
+def _positive_cell(row: dict, key: str, whole: bool = False) -> float:
     """A cell that sets a load, a cap or a count of devices or layers (``concurrency``, ``request_rate``,
     ``max_num_seqs``, ``num_requests``, ``tp``/``pp``/``ep``/``dp``, ``gpu_layers``): empty for none (0), else a finite
     number above 0, a whole one for a count. A written 0 is an error, not the absence of a setting: read as empty it
@@ -169,7 +169,7 @@ def layout_of_row(row: dict, model, hardware, engine: EngineProfile | None = Non
     a model (:meth:`Layout.from_devices`: TP within the device's scale-up domain, replicas across domains;
     llama.cpp and ExLlamaV2 split layers, a pipeline)."""
     devices = _int(row, "n_gpus", 1, minimum=1)
-    tp, pp, ep, dp = (_load(row, key, whole=True) or None for key in ("tp", "pp", "ep", "dp"))
+    tp, pp, ep, dp = (_positive_cell(row, key, whole=True) or None for key in ("tp", "pp", "ep", "dp"))
     if engine is not None and engine.multi_gpu == "layers" and tp is None and pp is None:
         tp, pp = 1, devices // (dp or 1)
     layout = Layout.from_devices(devices=devices, tp=tp, pp=pp or 1, ep=ep or 1, model=model,
@@ -183,10 +183,11 @@ def layout_of_row(row: dict, model, hardware, engine: EngineProfile | None = Non
 def serving_from_row(row: dict) -> ServingOptions:
     """The row's serving conditions: attention kind, cached context, partial offload, and load."""
     depth = _int(row, "context_depth", 0)
-    sent = 0 if _cell(row, "concurrency") or _cell(row, "batch") else _load(row, "num_requests", whole=True)
+    sent = 0 if _cell(row, "concurrency") or _cell(row, "batch") else _positive_cell(row, "num_requests", whole=True)
     options = dict(attention=_attention(row), prefix_tokens=depth,
-                   gpu_layers=_load(row, "gpu_layers", whole=True) or None,
-                   concurrency=_load(row, "concurrency", whole=True), rate=float(_load(row, "request_rate")),
+                   gpu_layers=_positive_cell(row, "gpu_layers", whole=True) or None,
+                   concurrency=_positive_cell(row, "concurrency", whole=True),
+                   rate=float(_positive_cell(row, "request_rate")),
                    prefix_hit_rate=_number(row, "prefix_hit_rate", 0.0, maximum=1.0),
                    # a finite run at a rate, or (no rate, concurrency or batch) sent all at once
                    num_requests=sent,
@@ -248,7 +249,7 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             serving = serving_from_row(row)
             # the engine's cap on running sequences: the row's, else its release's default for this device
             scheduler = profile.scheduler_at(_cell(row, "engine_version"), _cell(row, "runtime"))
-            cap = float(_load(row, "max_num_seqs", whole=True) or
+            cap = float(_positive_cell(row, "max_num_seqs", whole=True) or
                         (scheduler.max_num_seqs_on(hardware) if scheduler else math.inf))
             if serving.engine_sets_batch and math.isfinite(cap):
                 serving = serving.model_copy(update={"max_num_seqs": int(cap)})
@@ -269,7 +270,8 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
             resolved.engines.append(profile.name)
             resolved.serving.append(serving)
             resolved.saturate.append(not _cell(row, "batch") and not serving.under_load)
-            at_once = _load(row, "num_requests", whole=True) if not serving.under_load else 0   # sent at once
+            # requests sent at once
+            at_once = _positive_cell(row, "num_requests", whole=True) if not serving.under_load else 0
             resolved.batch_caps.append(min(cap, at_once or math.inf))
             resolved.profiled_sequences.append(cap)
             resolved.requests_at_once.append(float(at_once))
