@@ -174,16 +174,20 @@ class EngineProfile(Frozen):
         covering = [r for r in self.releases if version is not None and r.covers(version)]
         return min(covering, key=lambda r: _release_key(r.before)).runtime if covering else (self.runtime or "")
 
+    def _other_runtime(self, engine_version: str, runtime: str) -> Runtime | None:
+        """The entry of ``runtimes`` a run used (:meth:`runtime_of`); None for the profile's own runtime."""
+        return self.runtimes.get(self.runtime_of(engine_version, runtime))
+
     def scheduling_at(self, engine_version: str = "", runtime: str = "") -> tuple[tuple[str, object], ...]:
         """The scheduling properties a run used where they differ from the profile's (as sorted pairs, to key
-        groups of rows by): its runtime's (:meth:`runtime_of`); none for the profile's own runtime."""
-        chosen = self.runtimes.get(self.runtime_of(engine_version, runtime))
+        groups of rows by): its runtime's; none for the profile's own runtime."""
+        chosen = self._other_runtime(engine_version, runtime)
         return tuple(sorted(chosen.scheduling.items())) if chosen else ()
 
     def scheduler_at(self, engine_version: str = "", runtime: str = "") -> SchedulerDefaults | None:
-        """The default cap on running sequences a run had: its runtime's (:meth:`runtime_of`) where that has its own
-        (vLLM's V0 engine: 256 on every device), else the profile's."""
-        chosen = self.runtimes.get(self.runtime_of(engine_version, runtime))
+        """The default cap on running sequences a run had: its runtime's where that has its own (vLLM's V0 engine:
+        256 on every device), else the profile's."""
+        chosen = self._other_runtime(engine_version, runtime)
         return chosen.scheduler if chosen and chosen.scheduler else self.scheduler
 
     def as_run(self, suffix: str) -> "EngineProfile":

@@ -26,6 +26,7 @@ COLUMNS = ("id", "source", "url", "framework", "engine", "engine_version", "back
 # has them
 OPTIONAL_COLUMNS = ("pp", "ep", "dp", "attention_dp", "runtime", "memory_gib", "max_num_seqs", "prefix_hit_rate",
                     "lengths", "calibration", "num_requests", "token_ids")
+SCHEMA_COLUMNS = (*COLUMNS, *OPTIONAL_COLUMNS)
 STATISTICS = ("", "mean", "median", "p90", "p99")
 # Synthetic token ids a benchmark fed instead of text (the optional ``token_ids`` column): llama-batched-bench fed
 # token 0 everywhere before August 2025 and random ids since (docs/formulas.md §9)
@@ -87,14 +88,14 @@ def unknown_columns(names) -> str:
     """The header's columns the schema does not name, in words ('' when there are none), each with the nearest
     schema column where one is close: a misspelt 'concurency' would otherwise be ignored and its rows run with no
     load. Empty names (a header's trailing comma) carry nothing and pass."""
-    unknown = [n for n in names or () if n and n not in (*COLUMNS, *OPTIONAL_COLUMNS)]
+    unknown = [n for n in names or () if n and n not in SCHEMA_COLUMNS]
     if not unknown:
         return ""
-    named = ", ".join(repr(n) + "".join(f" (did you mean {m!r}?)" for m in
-                                         difflib.get_close_matches(n, (*COLUMNS, *OPTIONAL_COLUMNS), n=1, cutoff=0.75))
+    named = ", ".join(repr(n) + "".join(f" (did you mean {m!r}?)"
+                                        for m in difflib.get_close_matches(n, SCHEMA_COLUMNS, n=1, cutoff=0.75))
                       for n in unknown)
     return (f"unknown column{'s' if len(unknown) > 1 else ''} {named}; the columns are those of "
-            f"measurements_db/SCHEMA.md: {', '.join((*COLUMNS, *OPTIONAL_COLUMNS))}")
+            f"measurements_db/SCHEMA.md: {', '.join(SCHEMA_COLUMNS)}")
 
 
 def _cites_source(url: str) -> bool:

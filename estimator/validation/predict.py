@@ -244,11 +244,12 @@ def resolve_rows(rows: list[dict], db: Database) -> tuple[Resolved, list[dict]]:
                 raise ConfigurationError(f"column {problem}")
             hardware = hardware_of_row(row, db)
             profile = engine_of_row(row, hardware)
-            scheduling = profile.scheduling_at(_cell(row, "engine_version"), _cell(row, "runtime"))
+            run = (_cell(row, "engine_version"), _cell(row, "runtime"))
+            scheduling = profile.scheduling_at(*run)
             config = configuration_from_row(row, db, profile, hardware)
             serving = serving_from_row(row)
             # the engine's cap on running sequences: the row's, else its release's default for this device
-            scheduler = profile.scheduler_at(_cell(row, "engine_version"), _cell(row, "runtime"))
+            scheduler = profile.scheduler_at(*run)
             cap = float(_positive_cell(row, "max_num_seqs", whole=True) or
                         (scheduler.max_num_seqs_on(hardware) if scheduler else math.inf))
             if serving.engine_sets_batch and math.isfinite(cap):
