@@ -20,6 +20,7 @@ from estimator.serving.continuous_batching import (
 )
 from estimator.serving.lengths import LengthMix, batch_that_fits, request_spread, run_outputs
 from estimator.serving.mixed_steps import MixedSteps
+from estimator.serving.run_end import Residuals, finite_run_s
 
 # Latency percentiles under a load, from estimator.serving.percentiles.
 PERCENTILE_COLUMNS = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_p99_s")
@@ -90,11 +91,13 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
         out["itl_end_s"] = out["itl_end_s"] * finite_itl / out["itl_s"]
     request_rate = state["request_rate"] * dp
     # a finite benchmark reports its output tokens over its duration: its last request arrives (or, behind a
-    # backlog, starts) at (n − 1) / X and ends a request's E2E later (docs/formulas.md §14, "Finite benchmarks")
+    # backlog, starts) at (n − 1) / X, and the run ends with the longest reply left, in a thinning batch
     requests_run = np.asarray(serving["num_requests"], dtype=float) / dp
-    service_e2e_s = state["ttft_s"] + np.maximum(np.asarray(O, dtype=float) - 1, 0) * finite_itl
     X = np.maximum(state["request_rate"], 1e-300)
-    over_run = np.where(finite, requests_run / X / ((requests_run - 1) / X + service_e2e_s), 1.0)
+    steps = np.maximum(np.asarray(O, dtype=float) - 1, 0)
+    duration_s = finite_run_s(requests_run, X, finite_itl, state["ttft_s"], one["itl_s"], out["itl_s"], batch / dp,
+                              *_residuals(mix, steps))
+    over_run = np.where(finite, requests_run / X / duration_s, 1.0)
     out.update({
         "ttft_prefill_s": requests["prefill_s"],
         "kv_tier_load_s": one["kv_tier_load_s"],      # per prompt, as the prefill above
@@ -115,6 +118,7 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
         # the running-batch limit over all replicas: the KV cache's capacity or the scheduler's max_num_seqs
         "max_running_sequences": state["slots"] * dp,
         "max_rate": capacity * dp,
+        "run_duration_s": np.where(finite, duration_s, np.nan),     # a finite benchmark's; none for a steady state
     })
     out["tpot_inclusive_s"] = out["e2e_latency_s"] / np.asarray(O, dtype=float)
     # percentiles of the queueing model (docs/formulas.md §14); NaN (null) when saturated
@@ -127,6 +131,14 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     if serving["concurrency"] and engine.prefill_runs_alone and mix is None and not serving["chunk_tokens"]:
         _in_lockstep(out, at, one, T, O, layout, serving["concurrency"] / dp, np.floor(slots), engine)
     return out
+
+
+def _residuals(mix: LengthMix | None, steps) -> tuple[Residuals, np.ndarray]:
+    """The decode steps of a run's requests for :func:`~estimator.serving.run_end.finite_run_s`: the mix's
+    own, or every request's O − 1 (tabulated as 1, scaled by O − 1)."""
+    if mix is None:
+        return Residuals.of(np.ones(1)), steps
+    return Residuals.of(np.maximum(mix.output_tokens - 1, 0)), np.ones_like(steps)
 
 
 def _in_lockstep(out: dict, at, one: dict, T, O, layout, clients, slots, engine: EngineDefaults) -> None:

@@ -258,6 +258,8 @@ def _speed_rows(r: dict, finite_run: int = 0) -> list[tuple[str, str]]:
             ("ITL (mean, with the prompts' cost)", _with_range(r, "itl_s", seconds)),
             ("ITL at the last step (context prompt + output)", seconds(r["itl_end_s"])),
             ("decode tokens/s per user", _with_range(r, "decode_tps_per_seq", rate)),
+            *([("run ends with its last reply, after", seconds(r["run_duration_s"]))] if finite_run
+              else []),
             (f"output tokens/s over the run of {finite_run:,} requests" if finite_run else
              "output tokens/s, all users", _with_range(r, "throughput_out_tps", rate)),
             ("requests/s served", f"{r['request_rate']:.2f}"),

@@ -1,0 +1,85 @@
+"""How a finite open-loop benchmark ends (`--num-requests N` with `--rate R`): by hand, against a step-by-step
+replay of arrivals joining a running batch whose steps grow with it, and on a published run."""
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from estimator.serving.lengths import length_mix
+from estimator.serving.run_end import Residuals, finite_run_s
+from estimator.validation.predict import predict_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_equal_replies_at_one_pace_end_a_reply_after_the_last_arrival():
+    """With every step as long at one sequence as at the full batch, the last request's reply sets the end."""
+    end = finite_run_s(200, 16.0, 0.02, 0.05, 0.02, 0.02, 32.0, Residuals.of(np.ones(1)), 99.0)
+    assert end == pytest.approx(199 / 16 + 0.05 + 99 * 0.02)
+
+
+def test_a_thinning_batch_ends_sooner_and_a_longer_reply_later():
+    equal = Residuals.of(np.ones(1))
+    flat = finite_run_s(200, 16.0, 0.02, 0.05, 0.02, 0.02, 32.0, equal, 99.0)
+    thinning = finite_run_s(200, 16.0, 0.02, 0.05, 0.01, 0.02, 32.0, equal, 99.0)
+    spread = Residuals.of(np.array([20.0, 60.0, 100.0, 220.0]))      # the same mean, 99.0 + 0.25
+    assert thinning < flat < finite_run_s(200, 16.0, 0.02, 0.05, 0.01, 0.02, 32.0, spread, 1.0)
+
+
+def _replay(arrivals_s, outputs, d1, slope):
+    """Requests join the running batch at the first step boundary after they arrive and leave after their
+    decode steps; a step of n sequences takes d1 + slope (n − 1). Returns the end, the mean step and the mean
+    batch while requests still arrive."""
+    clock, left, i, steps, batches = 0.0, [], 0, [], []
+    order = np.argsort(arrivals_s)
+    while i < len(order) or left:
+        while i < len(order) and arrivals_s[order[i]] <= clock:
+            left.append(outputs[order[i]])
+            i += 1
+        if not left:
+            clock = arrivals_s[order[i]]
+            continue
+        step = d1 + slope * (len(left) - 1)
+        if i < len(order):
+            steps.append(step)
+            batches.append(len(left))
+        clock += step
+        left = [r - 1 for r in left if r > 1]
+    return clock, float(np.mean(steps)), float(np.mean(batches))
+
+
+@pytest.mark.parametrize("shape", ["equal", "uniform", "sharegpt-bench"])
+@pytest.mark.parametrize("rate", [4.0, 25.0])
+def test_the_end_matches_a_step_replay(shape, rate):
+    rng = np.random.default_rng(7)
+    n, d1, slope = 300, 0.010, 0.0001     # X · slope · E[O] < 1: a steady batch exists
+    if shape == "equal":
+        draw = lambda: np.full(n, 150)                                           # noqa: E731
+    elif shape == "uniform":
+        draw = lambda: rng.integers(1, 401, n)                                   # noqa: E731
+    else:
+        mix = length_mix(shape)
+        draw = lambda: rng.choice(mix.output_tokens.astype(int), n)              # noqa: E731
+    ends, predicted = [], []
+    for _ in range(12):
+        outputs = draw()
+        arrivals = np.cumsum(rng.exponential(1 / rate, n)) - 1 / rate            # Poisson, the first at about 0
+        end, step, batch = _replay(arrivals, outputs, d1, slope)
+        ends.append(end)
+        residuals = Residuals.of(np.array([1.0])) if shape == "equal" else Residuals.of(outputs.astype(float))
+        scale = 150.0 if shape == "equal" else 1.0
+        X = (n - 1) / arrivals[-1]
+        predicted.append(finite_run_s(n, X, step, 0.0, d1, d1 + slope * (batch - 1), batch, residuals, scale))
+    assert np.mean(predicted) == pytest.approx(np.mean(ends), rel=0.05)
+
+
+def test_a_published_finite_run_reports_its_output_over_its_duration(db):
+    """io.net's 200 ShareGPT requests at 32 a second to Llama-3-8B on one H100 PCIe (vLLM 0.8.5): 2,693 output
+    tokens a second. The steady state's rate over the run's arrivals plus a mean reply gave 4,129 (53% high):
+    the longest replies, not the mean one, end the run."""
+    rows = [r for r in csv.DictReader((ROOT / "measurements_db" / "thirdparty-datacenter-engines.csv")
+                                      .open(encoding="utf-8")) if r["id"] == "iog-h100pcie-x1-llama3-8b-qps32-thr"]
+    (result,) = predict_rows(rows, db)
+    assert result["status"] == "ok" and float(result["predicted"]) == pytest.approx(float(rows[0]["value"]), rel=0.10)
