@@ -232,6 +232,12 @@ class EngineDefaults(Frozen):
         default_factory=dict, description="host seconds a prefill launched from Python spends on each dense and "
                                           "each MoE layer (graphed_prefill_tokens), measured with the engine's "
                                           "graphs off and on (docs/formulas.md §14); never fitted")
+    allocates_kv_on_demand: bool = Field(
+        default=False, description="its scheduler admits a request once its prompt's KV blocks are free and adds "
+                                   "blocks as tokens come, preempting a running request when they run out (vLLM, "
+                                   "SGLang): the cache holds the sequences' current lengths. False: a request "
+                                   "reserves its final length on admission (TensorRT-LLM's GUARANTEED_NO_EVICT, "
+                                   "llama.cpp's slots). A property of the engine's scheduler, never fitted")
     kv_free_fraction: float = Field(
         default=1.0, gt=0, le=1, description="the share of the memory left beside weights and workspace that the "
                                              "KV cache takes (TensorRT-LLM's free_gpu_memory_fraction); a property "
@@ -336,14 +342,6 @@ GENERIC_ENGINE = EngineDefaults(
           "per-step 100 us and per-layer 10 us are the order of BLIS's fitted 126 us/step and 32 us/layer "
           "with CUDA graphs reducing launch costs; one decode-sized all-reduce costs ~20 us (LLMCompass measured "
           "26 us on 4xA100 NVLink, AIConfigurator assumes 10 us p2p latency on H100/H200)")
-
-# PyTorch's copy of a strided cache slice out to one head per query head (repeat_interleave, or expand and
-# reshape) is a generic elementwise kernel whose per-element index arithmetic, not the memory, bounds it on a
-# fast-memory device: the H200's calibration measured 1.23 TB/s of the 4.21 TB/s a plain copy reaches, that is
-# 0.0183 bytes per FP32 FLOP of its 67 TFLOPS. A device without a measurement of its own copies at that many
-# bytes per FP32 FLOP, or at its memory's rate where that is lower (an RTX 4090: 1.5 TB/s of index arithmetic,
-# so its 1,008 GB/s memory binds; docs/formulas.md §13).
-KV_EXPAND_BYTES_PER_FP32_FLOP = 1.229e12 / 67e12
 
 # The roofline at 100% of the datasheet, with no fixed costs: what no engine can beat. Prediction
 # intervals are capped by it, and fitted efficiencies are bounded below it (docs/formulas.md §9).

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.efficiency.defaults import (
-    KV_EXPAND_BYTES_PER_FP32_FLOP,
-    EngineDefaults,
-    bandwidth_scale_of_groups,
-    compute_eff_by_class,
-)
+from estimator.efficiency.defaults import EngineDefaults, bandwidth_scale_of_groups, compute_eff_by_class
+
+# PyTorch's copy of a strided cache slice out to one head per query head (repeat_interleave, or expand and
+# reshape) is a generic elementwise kernel whose per-element index arithmetic, not the memory, bounds it on a
+# fast-memory device: the H200's calibration measured 1.23 TB/s of the 4.21 TB/s a plain copy reaches, that is
+# 0.0183 bytes per FP32 FLOP of its 67 TFLOPS. A device without a measurement of its own copies at that many
+# bytes per FP32 FLOP, or at its memory's rate where that is lower (an RTX 4090: 1.5 TB/s of index arithmetic,
+# so its 1,008 GB/s memory binds; docs/formulas.md §13).
+KV_EXPAND_BYTES_PER_FP32_FLOP = 1.229e12 / 67e12
 
 
 def effective_rates(hw, f, peak_linear_flops_per_s, engine: EngineDefaults):

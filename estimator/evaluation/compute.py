@@ -61,8 +61,7 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     dp = np.asarray(layout["dp"], dtype=float)
     one = at(dp + 0 * np.asarray(B, dtype=float))          # one prompt on each replica
     requests = _requests(one) if mix is None else _requests_of_mix(at, dp, T_run, mix)
-    max_batch = one["max_batch"] / dp if mix is None else \
-        batch_that_fits(one["max_batch"] / dp, float(sum(mix.decode_lengths())), mix.final_length_spread())
+    max_batch = _running_limit(one["max_batch"] / dp, T_run, O_run, mix, engine)
     slots = np.maximum(np.minimum(max_batch, serving["max_num_seqs"]), 1)
     full = at(slots * dp)
     prompt_tokens = np.asarray(T, dtype=float) - requests["cached_tokens"]
@@ -131,6 +130,21 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     if serving["concurrency"] and engine.prefill_runs_alone and mix is None and not serving["chunk_tokens"]:
         _in_lockstep(out, at, one, T, O, layout, serving["concurrency"] / dp, np.floor(slots), engine)
     return out
+
+
+def _running_limit(fits_at_final, T, O, mix: LengthMix | None, engine: EngineDefaults):
+    """The most sequences the KV cache runs at once, per replica, from ``fits_at_final``, the batch whose caches
+    fit at the final length of (``T``, ``O``), the decode batch's lengths (docs/formulas.md §14, "The running-batch
+    limit"). An engine that reserves each request's final length fits the N with N μ + z √N σ within the cache,
+    μ and σ those of the final lengths; one that allocates blocks as tokens come holds the running sequences'
+    current lengths, whose mean over a request's decode is P + O/2 (σ: a length mix's, or O/√12 of equal requests
+    at evenly spread progress)."""
+    final = np.asarray(T, dtype=float) + np.asarray(O, dtype=float)
+    if not engine.allocates_kv_on_demand:
+        return fits_at_final if mix is None else batch_that_fits(fits_at_final, final, mix.final_length_spread())
+    current = np.asarray(T, dtype=float) + np.asarray(O, dtype=float) / 2
+    spread = np.asarray(O, dtype=float) / np.sqrt(12) if mix is None else mix.current_length_spread()
+    return batch_that_fits(fits_at_final * final / current, current, spread)
 
 
 def _residuals(mix: LengthMix | None, steps) -> tuple[Residuals, np.ndarray]:

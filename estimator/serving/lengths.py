@@ -74,6 +74,13 @@ class LengthMix:
         mean = self._decode_weighted(final)
         return math.sqrt(max(self._decode_weighted(final ** 2) - mean ** 2, 0.0))
 
+    def current_length_spread(self) -> float:
+        """σ of a running sequence's current length P + u O over a decode batch (length-biased, its progress u
+        even over its decode): E[(P + u O)²] = E[P² + P O + O²/3]."""
+        P, O = self.prompt_tokens, self.output_tokens
+        mean = self._decode_weighted(P + O / 2)
+        return math.sqrt(max(self._decode_weighted(P ** 2 + P * O + O ** 2 / 3) - mean ** 2, 0.0))
+
 
 def request_spread(prefill_s, output_tokens) -> dict:
     """Per-request prefill times (the last axis runs over a mix's requests) reduced to what the queue needs.

@@ -73,7 +73,8 @@ def finite_run_s(requests, request_rate, step_s, first_token_s, step_one_s, step
     """
     X = np.maximum(np.asarray(request_rate, dtype=float), 1e-300)
     scale = np.maximum(np.asarray(scale, dtype=float), 1e-300)
-    per_scale = X * np.asarray(step_s, dtype=float) * scale          # n(k) = per_scale · e(k / scale)
+    # n(k) = per_scale · e(k / scale), floored so that a near-idle engine's divisions stay finite (u = 0 either way)
+    per_scale = np.maximum(X * np.asarray(step_s, dtype=float) * scale, 1e-12)
     last = np.maximum(residuals.where_left(math.log(2) / per_scale), residuals.median)
     busy = np.minimum(residuals.where_left(1.0 / per_scale), last)   # where more than one sequence runs
     above_one = scale * (per_scale * np.interp(busy, residuals.u, residuals.left_integral) - busy)

@@ -141,7 +141,7 @@ KERNEL_PROPERTIES = ("fp16_accumulate", "attention_fp16_accumulate_share", "torc
 # takes its engine's.
 MEMORY_PROPERTIES = ("memory_utilization", "kv_free_fraction", "prefill_chunk_tokens", "prefill_runs_alone",
                      "embedding_on_host", "graphed_prefill_tokens", "eager_prefill_layer_s",
-                     "blocking_output_per_sequence_s", "sampler_warmup_bytes_per_logit")
+                     "blocking_output_per_sequence_s", "sampler_warmup_bytes_per_logit", "allocates_kv_on_demand")
 
 
 def parameters_from(theta, **properties) -> EngineDefaults:
