@@ -28,6 +28,13 @@ def test_a_thinning_batch_ends_sooner_and_a_longer_reply_later():
     assert thinning < flat < finite_run_s(200, 16.0, 0.02, 0.05, 0.01, 0.02, 32.0, spread, 1.0)
 
 
+def test_a_run_never_holds_more_sequences_than_it_has_requests():
+    """Two requests at 1,000 a second: whatever batch the steady state would reach, the two replies end about when
+    one alone would (100 steps of 10 ms after a 50 ms first token), not in a tail that thins from 2,000."""
+    end = finite_run_s(2, 1000.0, 0.02, 0.05, 0.01, 0.02, 2000.0, Residuals.of(np.ones(1)), 100.0)
+    assert 0.001 + 0.05 + 100 * 0.01 <= end < 0.001 + 0.05 + 100 * 0.0101
+
+
 def _replay(arrivals_s, outputs, d1, slope):
     """Requests join the running batch at the first step boundary after they arrive and leave after their
     decode steps; a step of n sequences takes d1 + slope (n − 1). Returns the end, the mean step and the mean

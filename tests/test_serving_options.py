@@ -261,8 +261,13 @@ def test_an_engine_that_allocates_kv_on_demand_runs_its_sequences_current_length
     """vLLM and SGLang add KV blocks as tokens come: their cache holds the running sequences' current lengths,
     P + O/2 on average over a decode, where TensorRT-LLM reserves the final P + O. At P = O = 1,000 they run the
     N with N · 1,500 + z √N · 1,000/√12 within the tokens that hold the final-length batch (2,000 each), z = 2.33."""
-    e = estimate("llama-3.1-8b", "h100", engine=engine, prompt_tokens=1000, output_tokens=1000, rate=1000.0)
-    fits, running = e.results["max_batch"], e.results["max_running_sequences"]
+    lengths = dict(engine=engine, prompt_tokens=1000, output_tokens=1000)
+    fits = estimate("llama-3.1-8b", "h100", **lengths).max_batch         # a static batch: its final lengths
+    e = estimate("llama-3.1-8b", "h100", rate=1000.0, **lengths)
+    running = e.results["max_running_sequences"]
+    assert e.max_batch == running and bool(e.results["fits"])
+    static = estimate("llama-3.1-8b", "h100", batch=int(running), **lengths).results["memory_kv_cache_bytes"]
+    assert e.results["memory_kv_cache_bytes"] == pytest.approx(static * (1500 / 2000 if on_demand else 1.0))
     if not on_demand:
         assert running == fits
         return

@@ -125,7 +125,9 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     shifts = {f"ttft_{q}_s": requests[f"prefill_{q}_shift_s"] + backlog[q] for q in ("p50", "p90", "p99")}
     shifts["e2e_p99_s"] = requests["prefill_p99_shift_s"] + requests["output_p99_extra"] * finite_itl + backlog["p99"]
     out.update({k: np.where(state["saturated"], np.nan, state[k] + shifts.get(k, 0.0)) for k in PERCENTILE_COLUMNS})
-    if mix is not None:
+    if engine.allocates_kv_on_demand:   # the running sequences hold their current lengths, not their final ones
+        _hold_current_lengths(out, T_run, O_run)
+    if mix is not None or engine.allocates_kv_on_demand:
         out["max_batch"] = out["max_concurrency"] = np.floor(max_batch) * dp
     if serving["concurrency"] and engine.prefill_runs_alone and mix is None and not serving["chunk_tokens"]:
         _in_lockstep(out, at, one, T, O, layout, serving["concurrency"] / dp, np.floor(slots), engine)
@@ -145,6 +147,17 @@ def _running_limit(fits_at_final, T, O, mix: LengthMix | None, engine: EngineDef
     current = np.asarray(T, dtype=float) + np.asarray(O, dtype=float) / 2
     spread = np.asarray(O, dtype=float) / np.sqrt(12) if mix is None else mix.current_length_spread()
     return batch_that_fits(fits_at_final * final / current, current, spread)
+
+
+def _hold_current_lengths(out: dict, T, O) -> None:
+    """The memory of a steady batch on an engine that allocates KV as tokens come: its sequences hold P + O/2
+    tokens on average rather than the P + O the fixed-batch memory counts (``_running_limit``)."""
+    final = out["memory_kv_cache_bytes"]
+    held = final * (np.asarray(T, dtype=float) + np.asarray(O, dtype=float) / 2) \
+        / (np.asarray(T, dtype=float) + np.asarray(O, dtype=float))
+    out["memory_kv_cache_bytes"] = held
+    out["memory_required_bytes"] = out["memory_required_bytes"] - final + held
+    out["fits"] = out["memory_required_bytes"] <= out["memory_available_bytes"]
 
 
 def _residuals(mix: LengthMix | None, steps) -> tuple[Residuals, np.ndarray]:

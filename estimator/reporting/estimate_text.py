@@ -135,6 +135,14 @@ def _available_label(e: Estimate) -> str:
     return f"available ({'; '.join(parts)})" if parts else "available"
 
 
+def _kv_cache_label(e: Estimate, batch: float) -> str:
+    """What the KV cache line counts: every sequence at its final length, or under a load on an engine that
+    allocates KV as tokens come, the current length its sequences hold on average (docs/formulas.md §14)."""
+    if e.serving.under_load and e.engine_profile.parameters.allocates_kv_on_demand:
+        return f"KV cache ({batch:,.4g} x {e.prompt_tokens + e.output_tokens / 2:,.0f} tokens held on average)"
+    return f"KV cache ({batch:,.4g} x {e.prompt_tokens + e.output_tokens:,.0f} tokens)"
+
+
 def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: list[dict] | None = None) -> str:
     """The readable report for one estimate; with ``measured`` rows (:func:`measured_rows`) and
     ``verify`` commands (:func:`verify_commands`), their two sections too."""
@@ -155,8 +163,7 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
           f"--memory-gib {'|'.join(f'{s:g}' for s in hw.memory_options_gib)})"] if hw.memory.options else [])
     memory = [
         ("weights", gigabytes(r["memory_weights_bytes"])),
-        (f"KV cache ({batch:,.4g} x {e.prompt_tokens + e.output_tokens:,.0f} tokens)",
-         gigabytes(r["memory_kv_cache_bytes"])),
+        (_kv_cache_label(e, batch), gigabytes(r["memory_kv_cache_bytes"])),
         ("activation workspace" + (" or sampler warm-up" if e.engine_profile.parameters.sampler_warmup_bytes_per_logit
                                    else ""), gigabytes(r["memory_activation_bytes"])),
         ("runtime reserve", gigabytes(r["memory_reserve_bytes"])),
@@ -260,7 +267,7 @@ def _speed_rows(r: dict, finite_run: int = 0) -> list[tuple[str, str]]:
             ("decode tokens/s per user", _with_range(r, "decode_tps_per_seq", rate)),
             *([("run ends with its last reply, after", seconds(r["run_duration_s"]))] if finite_run
               else []),
-            (f"output tokens/s over the run of {finite_run:,} requests" if finite_run else
+            (f"output tokens/s over the run of {finite_run:,} request{'s' * (finite_run != 1)}" if finite_run else
              "output tokens/s, all users", _with_range(r, "throughput_out_tps", rate)),
             ("requests/s served", f"{r['request_rate']:.2f}"),
             ("end-to-end latency", _with_range(r, "e2e_latency_s", seconds)),

@@ -7,7 +7,8 @@ the batch thins as replies end and the last steps run at the pace of a nearly em
 (docs/formulas.md §14, "Finite benchmarks").
 
 At A the requests in the system arrived at X a second and decoded at t a step, so those with more
-than k tokens left number n(k) = X t E[(o − k)⁺] (o a request's decode steps, O − 1); the run ends
+than k tokens left number n(k) = X t E[(o − k)⁺] (o a request's decode steps, O − 1; no more than the run's
+n requests in all, a cap that binds when n is below the steady batch); the run ends
 when the last of them does, at k* where n(k*) = ln 2 (the count above k* is Poisson: the median of the
 largest residual), and no earlier than the last request's own median reply. Step k of the tail runs
 n(k) sequences, a decode step affine in them between one sequence and the steady batch b (weights
@@ -73,12 +74,14 @@ def finite_run_s(requests, request_rate, step_s, first_token_s, step_one_s, step
     """
     X = np.maximum(np.asarray(request_rate, dtype=float), 1e-300)
     scale = np.maximum(np.asarray(scale, dtype=float), 1e-300)
-    # n(k) = per_scale · e(k / scale), floored so that a near-idle engine's divisions stay finite (u = 0 either way)
-    per_scale = np.maximum(X * np.asarray(step_s, dtype=float) * scale, 1e-12)
+    # n(k) = per_scale · e(k / scale): never more than the run's requests, and floored so that a near-idle
+    # engine's divisions stay finite (u = 0 either way)
+    requests = np.asarray(requests, dtype=float)
+    per_scale = np.maximum(np.minimum(X * np.asarray(step_s, dtype=float) * scale, requests / residuals.left[0]), 1e-12)
     last = np.maximum(residuals.where_left(math.log(2) / per_scale), residuals.median)
     busy = np.minimum(residuals.where_left(1.0 / per_scale), last)   # where more than one sequence runs
     above_one = scale * (per_scale * np.interp(busy, residuals.u, residuals.left_integral) - busy)
     b = np.asarray(batch, dtype=float)
     slope = np.where(b > 1, (np.asarray(step_batch_s) - step_one_s) / np.maximum(b - 1, 1e-300), 0.0)
     tail_s = step_one_s * scale * last + slope * np.maximum(above_one, 0.0)
-    return (np.asarray(requests, dtype=float) - 1) / X + first_token_s + tail_s
+    return (requests - 1) / X + first_token_s + tail_s
