@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from estimator import estimate
 from estimator.serving.lengths import length_mix
 from estimator.serving.run_end import Residuals, finite_run_s
 from estimator.validation.predict import predict_rows
@@ -90,3 +91,18 @@ def test_a_published_finite_run_reports_its_output_over_its_duration(db):
                                       .open(encoding="utf-8")) if r["id"] == "iog-h100pcie-x1-llama3-8b-qps32-thr"]
     (result,) = predict_rows(rows, db)
     assert result["status"] == "ok" and float(result["predicted"]) == pytest.approx(float(rows[0]["value"]), rel=0.10)
+
+
+def test_a_run_shorter_than_its_steady_batch_runs_at_its_own_requests(db):
+    """Llama-3.1-8B on an H100 under vLLM at 24 requests a second (512 prompt, 256 output tokens) settles at about
+    85 running. A run of only 50 never gets there: its batch is its 50 requests, and its step keeps the steady
+    state's share of prompts on a decode step of 50 (slower than a bare step of 50, faster than the steady one). A
+    run of 100 reaches the steady state and keeps it."""
+    load = dict(engine="vLLM", prompt_tokens=512, output_tokens=256, rate=24.0)
+    endless = estimate("llama-3.1-8b", "h100", **load)
+    short, long = (estimate("llama-3.1-8b", "h100", num_requests=n, **load) for n in (50, 100))
+    bare = estimate("llama-3.1-8b", "h100", engine="vLLM", prompt_tokens=512, output_tokens=256, batch=50)
+    assert endless.results["steady_batch"] > 80 and short.results["steady_batch"] == 50
+    assert bare.itl_s < short.itl_s < endless.itl_s
+    assert short.itl_p50_s <= short.itl_p90_s and short.itl_p90_s < endless.itl_p90_s
+    assert long.itl_s == endless.itl_s and long.results["steady_batch"] == endless.results["steady_batch"]

@@ -83,15 +83,23 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     steady = state["steady_batch"] * dp
     # a saturated engine runs full while its queue grows: report it at the largest batch that fits
     batch = np.where(state["saturated"], np.maximum(np.minimum(steady, np.floor(max_batch) * dp), dp), steady)
+    # a finite run of fewer requests than that batch never reaches it: its steps run at most its own requests
+    requests_run = np.asarray(serving["num_requests"], dtype=float) / dp
+    short = finite & (batch > requests_run * dp)
+    steady_itl = at(batch, itl_only=True)["itl_s"] if np.any(short) else None
+    batch = np.where(short, np.maximum(requests_run, 1.0) * dp, batch)
+    steady = np.where(short, batch, steady)
     out = results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, batch, T_run, O_run, layout, serving, engine,
                            host, draft, end_step)
     finite_itl = np.where(np.isfinite(state["itl_s"]) & ~state["saturated"], state["itl_s"], np.nan)
+    # the same share of prompts in a step of the run's own batch
+    own_batch = 1.0 if steady_itl is None else np.where(short, out["itl_s"] / steady_itl, 1.0)
+    finite_itl = finite_itl * own_batch
     if end_step:   # the last step of a generation, with the same prefill stalls as the mean step
         out["itl_end_s"] = out["itl_end_s"] * finite_itl / out["itl_s"]
     request_rate = state["request_rate"] * dp
     # a finite benchmark reports its output tokens over its duration: its last request arrives (or, behind a
     # backlog, starts) at (n − 1) / X, and the run ends with the longest reply left, in a thinning batch
-    requests_run = np.asarray(serving["num_requests"], dtype=float) / dp
     X = np.maximum(state["request_rate"], 1e-300)
     steps = np.maximum(np.asarray(O, dtype=float) - 1, 0)
     duration_s = finite_run_s(requests_run, X, finite_itl, state["ttft_s"], one["itl_s"], out["itl_s"], batch / dp,
@@ -124,7 +132,8 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     # a request's own lengths spread its TTFT and E2E beyond the queue's spread (docs/formulas.md §14)
     shifts = {f"ttft_{q}_s": requests[f"prefill_{q}_shift_s"] + backlog[q] for q in ("p50", "p90", "p99")}
     shifts["e2e_p99_s"] = requests["prefill_p99_shift_s"] + requests["output_p99_extra"] * finite_itl + backlog["p99"]
-    out.update({k: np.where(state["saturated"], np.nan, state[k] + shifts.get(k, 0.0)) for k in PERCENTILE_COLUMNS})
+    out.update({k: np.where(state["saturated"], np.nan, state[k] * (own_batch if k.startswith("itl") else 1.0)
+                            + shifts.get(k, 0.0)) for k in PERCENTILE_COLUMNS})
     if engine.allocates_kv_on_demand:   # the running sequences hold their current lengths, not their final ones
         _hold_current_lengths(out, T_run, O_run)
     if mix is not None or engine.allocates_kv_on_demand:
