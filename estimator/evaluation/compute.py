@@ -72,10 +72,11 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
         mixed.capacity(full["itl_s"], prompt_tokens, O)                                          # per replica
     # a finite benchmark (num_requests) offered more than that runs at capacity while its backlog grows
     rate = serving["rate"] / dp
-    finite = (np.asarray(serving["num_requests"]) > 0) & (rate > 0)
+    requests_run = np.asarray(serving["num_requests"], dtype=float) / dp
+    finite = (requests_run > 0) & (rate > 0)
     served = np.where(finite, np.minimum(rate, MAX_UTILISATION * capacity), rate)
-    backlog = {q: backlog_wait_s(np.asarray(serving["num_requests"]) / dp, np.where(finite, rate, 0.0), capacity,
-                                 slots, p) for q, p in (("mean", None), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}
+    backlog = {q: backlog_wait_s(requests_run, np.where(finite, rate, 0.0), capacity, slots, p)
+               for q, p in (("mean", None), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}
     state = steady_state(lambda n: at(n * dp, itl_only=True)["itl_s"], requests["prefill_s"], prompt_tokens, O,
                          serving["concurrency"] / dp, served, max_batch, serving["chunk_tokens"],
                          prefill_scv=requests["scv"], max_num_seqs=serving["max_num_seqs"], mixed=mixed,
@@ -84,7 +85,6 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     # a saturated engine runs full while its queue grows: report it at the largest batch that fits
     batch = np.where(state["saturated"], np.maximum(np.minimum(steady, np.floor(max_batch) * dp), dp), steady)
     # a finite run of fewer requests than that batch never reaches it: its steps run at most its own requests
-    requests_run = np.asarray(serving["num_requests"], dtype=float) / dp
     short = finite & (batch > requests_run * dp)
     steady_itl = at(batch, itl_only=True)["itl_s"] if np.any(short) else None
     batch = np.where(short, np.maximum(requests_run, 1.0) * dp, batch)
@@ -101,9 +101,9 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     # a finite benchmark reports its output tokens over its duration: its last request arrives (or, behind a
     # backlog, starts) at (n − 1) / X, and the run ends with the longest reply left, in a thinning batch
     X = np.maximum(state["request_rate"], 1e-300)
-    steps = np.maximum(np.asarray(O, dtype=float) - 1, 0)
-    duration_s = finite_run_s(requests_run, X, finite_itl, state["ttft_s"], one["itl_s"], out["itl_s"], batch / dp,
-                              *_residuals(mix, steps))
+    duration_s = np.full(np.shape(finite), np.nan) if not np.any(finite) else \
+        finite_run_s(requests_run, X, finite_itl, state["ttft_s"], one["itl_s"], out["itl_s"], batch / dp,
+                     *_residuals(mix, np.maximum(np.asarray(O, dtype=float) - 1, 0)))
     over_run = np.where(finite, requests_run / X / duration_s, 1.0)
     out.update({
         "ttft_prefill_s": requests["prefill_s"],
@@ -150,10 +150,9 @@ def _running_limit(fits_at_final, T, O, mix: LengthMix | None, engine: EngineDef
     μ and σ those of the final lengths; one that allocates blocks as tokens come holds the running sequences'
     current lengths, whose mean over a request's decode is P + O/2 (σ: a length mix's, or O/√12 of equal requests
     at evenly spread progress)."""
-    final = np.asarray(T, dtype=float) + np.asarray(O, dtype=float)
+    final, current = _final_and_held_tokens(T, O)
     if not engine.allocates_kv_on_demand:
         return fits_at_final if mix is None else batch_that_fits(fits_at_final, final, mix.final_length_spread())
-    current = np.asarray(T, dtype=float) + np.asarray(O, dtype=float) / 2
     spread = np.asarray(O, dtype=float) / np.sqrt(12) if mix is None else mix.current_length_spread()
     return batch_that_fits(fits_at_final * final / current, current, spread)
 
@@ -161,12 +160,18 @@ def _running_limit(fits_at_final, T, O, mix: LengthMix | None, engine: EngineDef
 def _hold_current_lengths(out: dict, T, O) -> None:
     """The memory of a steady batch on an engine that allocates KV as tokens come: its sequences hold P + O/2
     tokens on average rather than the P + O the fixed-batch memory counts (``_running_limit``)."""
+    final_tokens, held_tokens = _final_and_held_tokens(T, O)
     final = out["memory_kv_cache_bytes"]
-    held = final * (np.asarray(T, dtype=float) + np.asarray(O, dtype=float) / 2) \
-        / (np.asarray(T, dtype=float) + np.asarray(O, dtype=float))
+    held = final * held_tokens / final_tokens
     out["memory_kv_cache_bytes"] = held
     out["memory_required_bytes"] = out["memory_required_bytes"] - final + held
     out["fits"] = out["memory_required_bytes"] <= out["memory_available_bytes"]
+
+
+def _final_and_held_tokens(T, O) -> tuple[np.ndarray, np.ndarray]:
+    """A sequence's final length P + O, and the length it holds on average over its decode, P + O/2."""
+    T, O = np.asarray(T, dtype=float), np.asarray(O, dtype=float)
+    return T + O, T + O / 2
 
 
 def _residuals(mix: LengthMix | None, steps) -> tuple[Residuals, np.ndarray]:
