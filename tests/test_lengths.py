@@ -120,7 +120,15 @@ def test_lengths_on_the_command_line(capsys, tmp_path):
     assert code == 2 and "not a CSV file or a preset" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("name", sorted(load_presets()))
+LOGNORMAL_PRESETS = sorted(name for name, entry in load_presets().items() if "high" not in entry["prompt"])
+
+
+def test_the_presets_hold_both_kinds():
+    """Four or more lognormal presets and the uniform draw of bench_serving's random dataset."""
+    assert len(LOGNORMAL_PRESETS) >= 4 and set(load_presets()) - set(LOGNORMAL_PRESETS) == {"random"}
+
+
+@pytest.mark.parametrize("name", LOGNORMAL_PRESETS)
 def test_presets_keep_their_published_statistics(name):
     """The bins' means keep a published mean exactly; the median and an upper percentile within a bin."""
     mix = preset(name)
@@ -132,6 +140,35 @@ def test_presets_keep_their_published_statistics(name):
         else:
             p, value = next((q, published[k]) for k, q in (("p90", 0.9), ("p99", 0.99)) if k in published)
             assert np.quantile(samples, p) == pytest.approx(value, rel=0.15), key
+
+
+def test_the_random_preset_is_bench_servings_uniform_draw():
+    """`random` is what SGLang's bench_serving draws for --dataset-name random at its default range ratio 0: whole
+    tokens uniform from 1 (prompts) or 0 (outputs) to the set length. The bins keep the draw's mean and spread, and
+    at a run's means (``random@610/421``) they are the draw of the set lengths that gives those means."""
+    rng = np.random.default_rng(0)
+    mix = preset("random")
+    for samples, low in ((mix.prompt_tokens, 1), (mix.output_tokens, 0)):
+        drawn = rng.integers(low, 1024 + 1, 200_000)
+        assert samples.mean() == pytest.approx(drawn.mean(), rel=0.01)
+        assert samples.std() == pytest.approx(drawn.std(), rel=0.02)
+        assert 1 <= samples.min() and samples.max() <= 1024
+    scaled = length_mix("random@610/421")
+    assert scaled.mean_prompt_tokens == pytest.approx(610, rel=0.01)
+    assert scaled.mean_output_tokens == pytest.approx(421, rel=0.01)
+    # uniform from (nearly) zero to twice the mean, as a set length of 842 tokens draws
+    assert scaled.output_tokens.max() == pytest.approx(842 * (1 - 0.5 / 24), rel=0.01)
+
+
+def test_a_closed_loop_of_random_lengths_does_not_run_in_lockstep(db):
+    """A closed loop of equal requests on SGLang runs in lockstep (all C prefilled together each cycle); the same
+    loop drawing bench_serving's random lengths desynchronises, so its TTFT at 64 clients is about one prompt's
+    wait, well below the lockstep's prefill of 64 prompts at once."""
+    kwargs = dict(engine="SGLang", concurrency=64, db=db)
+    equal = estimate("llama-3.1-8b", "h100", prompt_tokens=4000, output_tokens=500, **kwargs)
+    drawn = estimate("llama-3.1-8b", "h100", lengths="random@4000/500", **kwargs)
+    assert drawn.prompt_tokens == pytest.approx(4000, rel=0.01)
+    assert drawn.results["ttft_s"] < 0.5 * equal.results["ttft_s"], (drawn.results["ttft_s"], equal.results["ttft_s"])
 
 
 def test_a_preset_at_other_means():

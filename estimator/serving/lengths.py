@@ -1,8 +1,9 @@
 """Request-length distributions: what a mix of prompt and output lengths changes under load.
 
 A mix is an equally weighted sample of (prompt, output) pairs: the rows of a CSV of observed
-requests, or a preset whose prompt and output lengths are independent lognormals fixed by a
-published median and mean, or upper percentile (``length_presets.yaml``). The formulas are in
+requests, or a preset whose prompt and output lengths are independent: lognormals fixed by a
+published median and mean, or upper percentile, or the uniform draws of a benchmark client's
+random dataset (``length_presets.yaml``). The formulas are in
 docs/formulas.md §14, "Request lengths":
 
 - throughput and Little's law use the mean output E[O];
@@ -181,17 +182,25 @@ def lognormal_sigma(part: dict) -> float:
     raise KeyError("mean, p90 or p99")
 
 
+def _is_uniform(part: dict) -> bool:
+    """A part drawn uniformly from ``low`` to ``high`` tokens (a benchmark client's random dataset)."""
+    return "high" in part
+
+
 @lru_cache(maxsize=1)
 def load_presets() -> dict:
-    """The presets' published statistics, checked: a source, a median, and a larger mean, p90 or p99."""
+    """The presets' published statistics, checked: a source, and either a median with a larger mean, p90 or p99,
+    or the range ``low`` < ``high`` of a uniform draw."""
     doc = load_yaml(resources.files("estimator.serving").joinpath(PRESETS_FILE).read_text())
     for name, entry in doc.items():
         for key in ("prompt", "output"):
             part = entry.get(key) or {}
             spread = next((part[k] for k in SPREAD_STATISTICS if k in part), 0)
-            if not (part.get("source", "").startswith("http") and 0 < part.get("median", 0) < spread):
-                raise DatabaseError(f"estimator/serving/{PRESETS_FILE}: {name}.{key} needs a source URL, a median "
-                                    "and a larger mean, p90 or p99")
+            shaped = (0 <= part.get("low", -1) < part["high"]) if _is_uniform(part) else \
+                0 < part.get("median", 0) < spread
+            if not (part.get("source", "").startswith("http") and shaped):
+                raise DatabaseError(f"estimator/serving/{PRESETS_FILE}: {name}.{key} needs a source URL, and a median "
+                                    "with a larger mean, p90 or p99, or a range low < high")
     return doc
 
 
@@ -207,13 +216,25 @@ def _lognormal_points(part: dict) -> np.ndarray:
     return np.maximum(np.round(points), 1.0)
 
 
+def _uniform_points(part: dict) -> np.ndarray:
+    """A uniform draw from ``low`` to ``high`` tokens as the means of QUANTILE_POINTS equal-probability bins,
+    evenly spaced, keeping the mean (low + high) / 2; at least one token (a reply the client sized at 0 tokens
+    still streams its first)."""
+    low, high = part["low"], part["high"]
+    return np.maximum(np.round(low + (high - low) * (np.arange(QUANTILE_POINTS) + 0.5) / QUANTILE_POINTS), 1.0)
+
+
+def _points(part: dict) -> np.ndarray:
+    return _uniform_points(part) if _is_uniform(part) else _lognormal_points(part)
+
+
 def preset(name: str) -> LengthMix:
-    """A preset as a mix: independent prompt and output lognormals on a quantile grid."""
+    """A preset as a mix: independent prompt and output lengths, each on a quantile grid."""
     presets = load_presets()
     if name not in presets:
         raise ConfigurationError(f"--lengths {name!r}: not a CSV file or a preset; presets: {', '.join(presets)}")
     entry = presets[name]
-    prompts, outputs = _lognormal_points(entry["prompt"]), _lognormal_points(entry["output"])
+    prompts, outputs = _points(entry["prompt"]), _points(entry["output"])
     P, O = np.meshgrid(prompts, outputs, indexing="ij")
     return LengthMix(P.ravel(), O.ravel())
 

@@ -206,7 +206,9 @@ class ServingOptions(BaseModel):
                                         "None: the engine profile's default for the device")
     lengths: str | None = Field(
         default=None, max_length=4096, description="under load or in a run: request lengths from a preset (chat, "
-                                                    "sharegpt, rag, reasoning) or a CSV of prompt,output per request")
+                                                    "sharegpt, sharegpt-bench, rag, reasoning, random), "
+                                                    "one at other means (random@500/500) or a CSV of prompt,output "
+                                                    "per request")
     kv_offload: Literal["none", "cpu", "disk"] = Field(
         default="none", description="a second KV tier for prefix caching (LMCache-style): host memory or a drive")
     kv_offload_gib: float = Field(default=0.0, ge=0, le=1e6, description="the tier's size per replica, GiB")
