@@ -167,7 +167,8 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
                    help="N requests sent at once (an offline run; vllm bench serve --num-prompts without a "
                         "rate; replaces --batch): mean TTFT, TPOT and the run's throughput; with --rate, a finite "
                         "benchmark that, offered more than the engine serves, runs at capacity while its backlog "
-                        "grows")
+                        "grows; with --concurrency C, N requests through C clients (--max-concurrency), the first "
+                        "C sent at once")
     p.add_argument("--max-num-seqs", type=_whole(), metavar="N",
                    help="under load or with --num-requests: the scheduler runs at most N sequences at once, the "
                         "rest wait (vLLM --max-num-seqs; default: the engine profile's, e.g. vLLM 1024 on 70+ GiB "

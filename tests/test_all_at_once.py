@@ -229,8 +229,11 @@ def test_the_cli_takes_num_requests_alone(capsys):
     code, out, _ = cli(capsys, *args, "--max-num-seqs", "64", "--json")
     result = json.loads(out)
     assert code == 0 and result["running_batch"] == 64 and result["queued_requests"] == 236
-    code, _, err = cli(capsys, *args, "--concurrency", "8")
-    assert code == 2 and "--concurrency" in err and len(err.splitlines()) == 1
+    # through 8 clients the 300 run as a finite closed loop (tests/test_first_wave.py), through 300 all at once
+    code, out, _ = cli(capsys, *args, "--concurrency", "8")
+    assert code == 0 and "8 requests in flight, 300 in all, the first 8 sent at once" in out
+    code, out, _ = cli(capsys, *args, "--concurrency", "300")
+    assert code == 0 and "300 requests sent at once" in out
 
 
 def test_a_published_all_at_once_run():
@@ -310,7 +313,9 @@ def test_a_release_that_prefills_alone_runs_its_closed_loops_in_lockstep():
     """dstack's DeepSeek-R1 runs on 8 MI300X under vLLM 0.7.3 (the V0 engine, which schedules prompts in steps of
     their own before any decode): the mean TTFT grows 9.7x from 4 to 64 clients (1.26 s to 12.2 s), a wave of
     prompts at a time. The row's release selects V0's scheduling and its lockstep gives that growth within 25%;
-    the same rows read as a current (V1) release, whose steps mix prompts into the decode, grow 1.5x."""
+    the same rows read as a current (V1) release, whose steps mix prompts into the decode, wait behind a wave of
+    prompts only in each run's first C of its 500 requests (tests/test_first_wave.py): they grow about half as
+    much."""
     rows = {r["id"]: r for r in csv.DictReader((ROOT / "measurements_db" / "datacenter-2025.csv")
                                                .open(encoding="utf-8"))}
     pair = [rows[f"dstack-dsr1-mi300x-vllm-c{c}-o800-ttft"] for c in (4, 64)]
@@ -321,7 +326,7 @@ def test_a_release_that_prefills_alone_runs_its_closed_loops_in_lockstep():
     assert many / few == pytest.approx(measured, rel=0.25)
     current = [{**r, "engine_version": "0.11.0"} for r in pair]
     few_v1, many_v1 = (float(r["predicted"]) for r in predict_rows(current))
-    assert many_v1 / few_v1 < 2.0 and few_v1 < few
+    assert many_v1 / few_v1 < 0.6 * many / few and few_v1 < few
 
 
 def test_an_engine_release_selects_only_its_scheduling():

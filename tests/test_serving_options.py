@@ -230,12 +230,6 @@ def test_a_finite_benchmark_beyond_capacity_runs_at_capacity_with_a_backlog(db):
     assert below.backlog_wait_s == 0 and below.ttft_s == estimate("llama-3.1-70b", "h100", rate=4, **common).ttft_s
 
 
-def test_num_requests_is_not_a_closed_loop(capsys):
-    code, _, err = cli(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "h100", "--concurrency", "8",
-                       "--num-requests", "500")
-    assert code == 2 and "--concurrency" in err and len(err.splitlines()) == 1
-
-
 def test_plan_takes_the_cap(capsys):
     """`roofline plan --max-num-seqs`: a tight cap makes every configuration queue, so fewer pass."""
     common = ["plan", "--model", "llama-3.1-8b", "--gpus", "h100,l40s", "--prompt", "512", "--output", "128",

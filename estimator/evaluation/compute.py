@@ -12,6 +12,7 @@ from estimator.efficiency.defaults import GENERIC_ENGINE, EngineDefaults
 from estimator.evaluation.fixed_batch import DEFAULT_SERVING, results_at_batch
 from estimator.physics.memory import PREFILL_TOKEN_BUDGET
 from estimator.serving.burst import all_at_once, backlog
+from estimator.serving.first_wave import first_wave_ttft, last_start_s
 from estimator.serving.continuous_batching import (
     MAX_UTILISATION,
     backlog_wait_s,
@@ -42,12 +43,14 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     mix = serving["length_mix"]
     # with a length mix, decode and memory run at the lengths of the batch's (length-biased) mean sequence
     T_run, O_run = (T, O) if mix is None else (np.asarray(T, dtype=float) * 0 + v for v in mix.decode_lengths())
+    # N requests sent at once: with no load, or through at least N clients (a closed loop's first wave is all of it)
+    N = serving["num_requests"]
+    if N and not serving["rate"] and N <= (serving["concurrency"] or np.inf):
+        def at_once(batch, prompts=T_run, outputs=O_run):
+            return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, batch, prompts, outputs, layout,
+                                    serving, engine, host, draft, end_step)
+        return _all_at_once_results(at_once, T, O, layout, serving, engine, mix)
     if not (serving["concurrency"] or serving["rate"]):
-        if serving["num_requests"]:
-            def at_once(batch, prompts=T_run, outputs=O_run):
-                return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, batch, prompts, outputs, layout,
-                                        serving, engine, host, draft, end_step)
-            return _all_at_once_results(at_once, T, O, layout, serving, engine, mix)
         return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving, engine, host, draft,
                                 end_step)
 
@@ -74,6 +77,8 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     rate = serving["rate"] / dp
     requests_run = np.asarray(serving["num_requests"], dtype=float) / dp
     finite = (requests_run > 0) & (rate > 0)
+    clients = serving["concurrency"] / dp
+    closed_run = (requests_run > 0) & (clients > 0)     # N > C here: the first C sent at once, then a closed loop
     served = np.where(finite, np.minimum(rate, MAX_UTILISATION * capacity), rate)
     backlog = {q: backlog_wait_s(requests_run, np.where(finite, rate, 0.0), capacity, slots, p)
                for q, p in (("mean", None), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}
@@ -101,10 +106,13 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     # a finite benchmark reports its output tokens over its duration: its last request arrives (or, behind a
     # backlog, starts) at (n − 1) / X, and the run ends with the longest reply left, in a thinning batch
     X = np.maximum(state["request_rate"], 1e-300)
-    duration_s = np.full(np.shape(finite), np.nan) if not np.any(finite) else \
+    ends = finite | closed_run
+    duration_s = np.full(np.shape(ends), np.nan) if not np.any(ends) else \
         finite_run_s(requests_run, X, finite_itl, state["ttft_s"], one["itl_s"], out["itl_s"], batch / dp,
-                     *_residuals(mix, np.maximum(np.asarray(O, dtype=float) - 1, 0)))
-    over_run = np.where(finite, requests_run / X / duration_s, 1.0)
+                     *_residuals(mix, np.maximum(np.asarray(O, dtype=float) - 1, 0)),
+                     last_start_s=np.where(closed_run, last_start_s(requests_run, clients, X, _output_scv(mix)),
+                                           (requests_run - 1) / X))
+    over_run = np.where(ends, requests_run / X / duration_s, 1.0)
     out.update({
         "ttft_prefill_s": requests["prefill_s"],
         "kv_tier_load_s": one["kv_tier_load_s"],      # per prompt, as the prefill above
@@ -125,7 +133,7 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
         # the running-batch limit over all replicas: the KV cache's capacity or the scheduler's max_num_seqs
         "max_running_sequences": state["slots"] * dp,
         "max_rate": capacity * dp,
-        "run_duration_s": np.where(finite, duration_s, np.nan),     # a finite benchmark's; none for a steady state
+        "run_duration_s": np.where(ends, duration_s, np.nan),     # a finite benchmark's; none for a steady state
     })
     out["tpot_inclusive_s"] = out["e2e_latency_s"] / np.asarray(O, dtype=float)
     # percentiles of the queueing model (docs/formulas.md §14); NaN (null) when saturated
@@ -134,12 +142,14 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     shifts["e2e_p99_s"] = requests["prefill_p99_shift_s"] + requests["output_p99_extra"] * finite_itl + backlog["p99"]
     out.update({k: np.where(state["saturated"], np.nan, state[k] * (own_batch if k.startswith("itl") else 1.0)
                             + shifts.get(k, 0.0)) for k in PERCENTILE_COLUMNS})
+    if np.any(closed_run):
+        _first_wave(out, at, one, requests, T, O, layout, np.minimum(clients, slots), requests_run, engine, mix)
     if engine.allocates_kv_on_demand:   # the running sequences hold their current lengths, not their final ones
         _hold_current_lengths(out, T_run, O_run)
     if mix is not None or engine.allocates_kv_on_demand:
         out["max_batch"] = out["max_concurrency"] = np.floor(max_batch) * dp
     if serving["concurrency"] and engine.prefill_runs_alone and mix is None and not serving["chunk_tokens"]:
-        _in_lockstep(out, at, one, T, O, layout, serving["concurrency"] / dp, np.floor(slots), engine)
+        _in_lockstep(out, at, one, T, O, layout, clients, requests_run, np.floor(slots), engine)
     return out
 
 
@@ -174,6 +184,12 @@ def _final_and_held_tokens(T, O) -> tuple[np.ndarray, np.ndarray]:
     return T + O, T + O / 2
 
 
+def _output_scv(mix: LengthMix | None) -> float:
+    """c² of a request's time in the system, taken as its output length's (the decode dominates it): 0 when
+    every request is alike."""
+    return 0.0 if mix is None else float(mix.output_tokens.var() / mix.mean_output_tokens ** 2)
+
+
 def _residuals(mix: LengthMix | None, steps) -> tuple[Residuals, np.ndarray]:
     """The decode steps of a run's requests for :func:`~estimator.serving.run_end.finite_run_s`: the mix's
     own, or every request's O − 1 (tabulated as 1, scaled by O − 1)."""
@@ -182,7 +198,8 @@ def _residuals(mix: LengthMix | None, steps) -> tuple[Residuals, np.ndarray]:
     return Residuals.of(np.maximum(mix.output_tokens - 1, 0)), np.ones_like(steps)
 
 
-def _in_lockstep(out: dict, at, one: dict, T, O, layout, clients, slots, engine: EngineDefaults) -> None:
+def _in_lockstep(out: dict, at, one: dict, T, O, layout, clients, requests_run, slots,
+                 engine: EngineDefaults) -> None:
     """A closed loop of C clients with equal lengths on an engine whose prefill steps run alone and first: the
     C requests start together, are prefilled before any decodes, decode in one batch and finish on the same
     step, so all C send again at once. The loop repeats an all-at-once run of C (docs/formulas.md §14,
@@ -194,9 +211,28 @@ def _in_lockstep(out: dict, at, one: dict, T, O, layout, clients, slots, engine:
     run, _, _ = _run_at_once(at, one, T, O, np.where(fits, clients, 1.0), dp, engine)
     cycles_per_s = 1.0 / run["duration_s"]
     lockstep = {**_run_columns(run, O, layout), "request_rate": clients * dp * cycles_per_s,
+                # a finite loop of N requests (N > C) runs N/C such cycles
+                "run_duration_s": np.where(requests_run > 0, requests_run / clients * run["duration_s"], np.nan),
                 "steady_batch": clients * dp, "queued_requests": 0.0 * clients, "backlog_wait_s": 0.0 * clients,
                 **{k: run[k] for k in PERCENTILE_COLUMNS}}
     out.update({k: np.where(fits, v, out[k]) for k, v in lockstep.items()})
+
+
+def _first_wave(out: dict, at, one: dict, requests: dict, T, O, layout, wave, requests_run, engine: EngineDefaults,
+                mix: LengthMix | None) -> None:
+    """A closed loop of N requests through C clients starts them together: the first C (``wave``, per replica,
+    at most the running limit) are an all-at-once run, a share C/N of the requests, the rest the steady state
+    in ``out`` (:mod:`estimator.serving.first_wave`). Updates the TTFT mean and quantiles, and E2E with them."""
+    dp = np.asarray(layout["dp"], dtype=float)
+    prompts_at = None if mix is None else (lambda batch: at(batch, T, O))
+    run, _, _ = _run_at_once(at, one, T, O, wave, dp, engine, prompts_at, mix)
+    steady_ttft = {k: out[k] for k in ("ttft_s", "ttft_p99_s")}
+    mixed = first_wave_ttft(wave / requests_run, run, out, requests["prefill_s"])
+    out.update({k: np.where(np.isnan(out[k]), np.nan, v) for k, v in mixed.items()})   # none where saturated
+    out["e2e_latency_s"] = out["e2e_latency_s"] + out["ttft_s"] - steady_ttft["ttft_s"]
+    out["tpot_inclusive_s"] = out["e2e_latency_s"] / np.asarray(O, dtype=float)
+    # the slowest requests are the wave's: their E2E tail grows by as much as the TTFT tail
+    out["e2e_p99_s"] = out["e2e_p99_s"] + np.maximum(out["ttft_p99_s"] - steady_ttft["ttft_p99_s"], 0.0)
 
 
 def _run_at_once(at, one: dict, T, O, requests, dp, engine: EngineDefaults,
@@ -260,7 +296,7 @@ def _all_at_once_results(at, T, O, layout, serving, engine: EngineDefaults, mix:
         queued = backlog(requests, slots, prompts["ttft_s"], prompts["prefill_linear_s"], prompt, O,
                          _step_tokens(prompt, engine), (one["itl_s"], out["itl_s"]),
                          (one["decode_linear_s"], out["decode_linear_s"]), not engine.prefill_runs_alone)
-        run = {k: np.where(fits_all, v, queued[k]) for k, v in run.items()}
+        run = {k: np.where(fits_all, v, queued[k]) for k, v in run.items() if k in queued}
     out.update({**_run_columns(run, O, layout), **{k: run[k] for k in PERCENTILE_COLUMNS},
                 "prefill_phase_s": run["prefill_phase_s"], "run_duration_s": run["duration_s"],
                 "running_batch": np.minimum(np.ceil(requests), slots) * dp, "max_running_sequences": slots * dp,

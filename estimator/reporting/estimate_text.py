@@ -188,7 +188,7 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
                       f"{r['max_rate']:.2f} requests/s); no steady state exists, so no "
                       "latencies are reported. Lower the rate, or add devices or replicas."]
     if e.runnable:
-        parts += ["", "Latency and throughput", table(_speed_rows(r, e.serving.num_requests if e.serving.rate else 0)), "", "Bound",
+        parts += ["", "Latency and throughput", table(_speed_rows(r, e.serving.num_requests if e.serving.under_load else 0)), "", "Bound",
                   "  " + _bound_line(e, "prefill"), "  " + _bound_line(e, "decode"),
                   "", "Where the time goes", table(_time_rows(r), header=("", *_phase_names(batch))),
                   "", f"Bytes per decode step at the mean context ({r['mean_decode_context']:,.0f} tokens)",
@@ -228,7 +228,11 @@ def _load_text(e: Estimate) -> str:
                 f"once{queued})")
     if not s.under_load:
         return f"batch {e.batch}"
-    load = f"{s.concurrency} requests in flight" if s.concurrency else f"{s.rate:g} requests/s arriving"
+    load = f"{s.concurrency} request{'s' * (s.concurrency != 1)} in flight" if s.concurrency else \
+        f"{s.rate:g} requests/s arriving"
+    if s.concurrency and s.num_requests:
+        load += f", {s.num_requests:,} in all, " + (f"the first {s.concurrency} sent at once" if s.concurrency > 1
+                                                    else "one after another")
     chunk = f", chunked prefill {s.chunked_prefill} tokens/step" if s.chunked_prefill else ""
     hits = f", {s.prefix_hit_rate:.0%} prefix-cache hits" if s.prefix_hit_rate else ""
     if s.kv_offload != "none":

@@ -38,7 +38,8 @@ POSITIONS = 64   # admission positions x = (g + 1/2) / G representing the n requ
 
 def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, step_one_s, step_all_s,
                 mixed, outputs=None) -> dict[str, np.ndarray]:
-    """Mean TTFT, TPOT and E2E, duration and output throughput of n requests sent at once (per replica).
+    """Mean TTFT, TPOT and E2E, duration and output throughput of n requests sent at once (per replica), and
+    the TTFT at each admission position (``ttft_each_s``, a trailing axis).
 
     Parameters
     ----------
@@ -117,7 +118,7 @@ def all_at_once(requests, prefill_s, prompt_tokens, output_tokens, step_tokens, 
     duration = e2e.max(axis=-1)
     out = {"ttft_s": ttft.mean(axis=-1), "tpot_s": tpot.mean(axis=-1), "e2e_latency_s": e2e.mean(axis=-1),
            "duration_s": duration, "throughput_out_tps": n * each.mean(axis=-1) / duration,
-           "prefill_phase_s": prompts_end_s}
+           "prefill_phase_s": prompts_end_s, "ttft_each_s": ttft}
     out.update({f"ttft_{q}_s": np.quantile(ttft, p, axis=-1) for q, p in PERCENTILES.items()})
     out["e2e_p99_s"] = np.quantile(e2e, 0.99, axis=-1)
     # the gaps between tokens: those in the prompt phase (a step each), the first after it (from a request's

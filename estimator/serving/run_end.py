@@ -57,10 +57,12 @@ class Residuals:
 
 
 def finite_run_s(requests, request_rate, step_s, first_token_s, step_one_s, step_batch_s, batch,
-                 residuals: Residuals, scale):
+                 residuals: Residuals, scale, last_start_s=None):
     """Duration of a run of ``requests`` (per replica) served at ``request_rate`` X in steps of ``step_s``
     t, whose last request's first token takes ``first_token_s``; decode steps take ``step_one_s`` at one
     sequence and ``step_batch_s`` at ``batch`` b. ``residuals`` tabulates the decode steps over ``scale``.
+    ``last_start_s``: when the last request starts, (n − 1)/X for arrivals at a rate unless given (a closed
+    loop's: :func:`~estimator.serving.first_wave.last_start_s`).
 
     Examples
     --------
@@ -84,4 +86,5 @@ def finite_run_s(requests, request_rate, step_s, first_token_s, step_one_s, step
     b = np.asarray(batch, dtype=float)
     slope = np.where(b > 1, (np.asarray(step_batch_s) - step_one_s) / np.maximum(b - 1, 1e-300), 0.0)
     tail_s = step_one_s * scale * last + slope * np.maximum(above_one, 0.0)
-    return (requests - 1) / X + first_token_s + tail_s
+    start_s = (requests - 1) / X if last_start_s is None else last_start_s
+    return start_s + first_token_s + tail_s

@@ -8,8 +8,9 @@ taken first come, first served, and costs max(ITL(N), (N + prompt tokens) · t_t
 prefilled request gives its first token, then joins the batch for O − 1 decode steps.
 
 Arrivals are Poisson (a rate) or closed loop (a concurrency: the first C requests arrive
-spread uniformly over one cycle, and a finished request is replaced after a client delay
-drawn uniformly over one decode step, so the replacement lands at a random point of a step). The run is bounded: ``requests`` arrivals, ``max_events`` server
+spread uniformly over one cycle, or all at t = 0 as a benchmark client sends them, and a finished
+request is replaced after a client delay drawn uniformly over one decode step, so the replacement
+lands at a random point of a step). The run is bounded: ``requests`` arrivals, ``max_events`` server
 actions and ``max_wall_s`` seconds, whichever ends first; the seed fixes the result. It is a
 test instrument, not part of the estimate.
 """
@@ -26,15 +27,17 @@ import numpy as np
 
 def simulate(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, *, rate: float = 0.0,
              concurrency: int = 0, chunk_tokens: int = 0, requests: int = 20_000, warmup: float = 0.1, seed: int = 0,
-             max_events: int = 3_000_000, max_wall_s: float = 30.0) -> dict:
+             max_events: int = 3_000_000, max_wall_s: float = 30.0, start_together: bool = False) -> dict:
     """Simulate ``requests`` arrivals; return TTFT, ITL and E2E samples of the measured window.
 
     ``prefill_s``, ``prompt_tokens`` and ``output_tokens`` are one request's, or arrays of a length
     mix's requests (each arrival draws one of them uniformly; whole-prompt prefill only).
+    ``start_together``: a closed loop's first C requests all arrive at t = 0, as a benchmark client sends them.
 
     Returns a dict of arrays ``ttft_s``, ``e2e_s`` (requests after the first ``warmup`` share),
     ``itl_s`` (every gap between tokens from the first measured arrival to the last arrival),
-    ``mean_batch`` and ``truncated`` (True when a bound other than ``requests`` ended the run).
+    ``mean_batch``, ``duration_s`` (when the last request ended) and ``truncated`` (True when a bound other
+    than ``requests`` ended the run).
     """
     rng = np.random.default_rng(seed)
     mixed = np.ndim(prompt_tokens) > 0
@@ -55,7 +58,8 @@ def simulate(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, *, rate:
     else:
         # the first requests spread over one cycle, so that fixed lengths do not keep them in lockstep
         cycle = steps * float(itl_at(np.array(float(concurrency)))) + concurrency * float(prefills.mean())
-        pending = [(float(t), i) for i, t in enumerate(np.sort(rng.uniform(0, cycle, concurrency)))]
+        starts = np.zeros(concurrency) if start_together else np.sort(rng.uniform(0, cycle, concurrency))
+        pending = [(float(t), i) for i, t in enumerate(starts)]
         issued = concurrency
     heapq.heapify(pending)
     warm_id = int(warmup * requests)
@@ -126,6 +130,7 @@ def simulate(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, *, rate:
     return {"ttft_s": (first - arrival)[ok], "e2e_s": (done - arrival)[measured & np.isfinite(done)],
             "itl_s": np.concatenate(gaps) if gaps else np.empty(0),
             "mean_batch": float(np.mean(batch_sizes)) if batch_sizes else 0.0, "truncated": truncated,
+            "duration_s": float(np.nanmax(done)) if np.isfinite(done).any() else 0.0,
             "request_rate": float(np.sum(np.isfinite(done)) / t) if t > 0 else 0.0}
 
 

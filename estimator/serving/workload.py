@@ -198,9 +198,10 @@ class ServingOptions(BaseModel):
     rate: float = Field(default=0.0, ge=0, description="open-loop load: requests per second (0: use batch)")
     chunked_prefill: int = Field(default=0, ge=0, description="token budget per step for chunked prefill (0: off)")
     num_requests: int = Field(default=0, ge=0, description="with a rate: a finite benchmark of this many requests "
-                                                           "(0: an endless steady state); with no load: this many "
-                                                           "sent at once (an offline run, vllm bench serve's "
-                                                           "default)")
+                                                           "(0: an endless steady state); with a concurrency C: "
+                                                           "this many through C clients, the first C sent at once; "
+                                                           "with no load: this many sent at once (an offline run, "
+                                                           "vllm bench serve's default)")
     max_num_seqs: int | None = Field(
         default=None, ge=1, description="the scheduler's cap on sequences run at once (vLLM --max-num-seqs); "
                                         "None: the engine profile's default for the device")
@@ -221,11 +222,12 @@ class ServingOptions(BaseModel):
 
     @property
     def under_load(self) -> bool:
-        return bool(self.concurrency or self.rate)
+        """A rate, or a concurrency with more requests to send than clients (a steady state forms)."""
+        return bool(self.rate or (self.concurrency and not 0 < self.num_requests <= self.concurrency))
 
     @property
     def all_at_once(self) -> bool:
-        """A finite run whose requests are all sent at once (no rate, no concurrency)."""
+        """A finite run whose requests are all sent at once (no rate; no concurrency, or one of all of them)."""
         return bool(self.num_requests) and not self.under_load
 
     @property
@@ -300,9 +302,6 @@ class ServingOptions(BaseModel):
             if mix.prompt_tokens.min() <= self.prefix_tokens:
                 raise ConfigurationError(f"--lengths {self.lengths} has prompts of {mix.prompt_tokens.min():.0f} "
                                          f"tokens, not longer than the cached prefix ({self.prefix_tokens})")
-        if self.num_requests and self.concurrency:
-            raise ConfigurationError("--num-requests sizes a finite run sent at once, or at --rate R; a closed loop "
-                                     "(--concurrency) reaches its steady state whatever its length")
         if self.max_num_seqs is not None and not self.engine_sets_batch:
             raise ConfigurationError("--max-num-seqs caps the running batch of a steady state under load or of a "
                                      "run of --num-requests sent at once; add --concurrency, --rate or "

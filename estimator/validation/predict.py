@@ -183,13 +183,13 @@ def layout_of_row(row: dict, model, hardware, engine: EngineProfile | None = Non
 def serving_from_row(row: dict) -> ServingOptions:
     """The row's serving conditions: attention kind, cached context, partial offload, and load."""
     depth = _int(row, "context_depth", 0)
-    sent = 0 if _cell(row, "concurrency") or _cell(row, "batch") else _positive_cell(row, "num_requests", whole=True)
+    sent = 0 if _cell(row, "batch") else _positive_cell(row, "num_requests", whole=True)
     options = dict(attention=_attention(row), prefix_tokens=depth,
                    gpu_layers=_positive_cell(row, "gpu_layers", whole=True) or None,
                    concurrency=_positive_cell(row, "concurrency", whole=True),
                    rate=float(_positive_cell(row, "request_rate")),
                    prefix_hit_rate=_number(row, "prefix_hit_rate", 0.0, maximum=1.0),
-                   # a finite run at a rate, or (no rate, concurrency or batch) sent all at once
+                   # a finite run at a rate or through a concurrency's clients, or (no load, no batch) sent at once
                    num_requests=sent,
                    # MoE layers whose experts are in host memory (llama.cpp --n-cpu-moe; docs/formulas.md §8)
                    cpu_moe=_int(row, "cpu_moe", 0))
