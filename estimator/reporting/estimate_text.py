@@ -188,7 +188,8 @@ def format_estimate(e: Estimate, measured: list[dict] | None = None, verify: lis
                       f"{r['max_rate']:.2f} requests/s); no steady state exists, so no "
                       "latencies are reported. Lower the rate, or add devices or replicas."]
     if e.runnable:
-        parts += ["", "Latency and throughput", table(_speed_rows(r, e.serving.num_requests if e.serving.under_load else 0)), "", "Bound",
+        finite_run = e.serving.num_requests if e.serving.under_load else 0
+        parts += ["", "Latency and throughput", table(_speed_rows(r, finite_run)), "", "Bound",
                   "  " + _bound_line(e, "prefill"), "  " + _bound_line(e, "decode"),
                   "", "Where the time goes", table(_time_rows(r), header=("", *_phase_names(batch))),
                   "", f"Bytes per decode step at the mean context ({r['mean_decode_context']:,.0f} tokens)",
@@ -260,8 +261,8 @@ def _range(r: dict, key: str, fmt) -> str:
 
 
 def _speed_rows(r: dict, finite_run: int = 0) -> list[tuple[str, str]]:
-    """The latency and throughput rows; ``finite_run``: the requests of a finite run at a rate, whose output
-    tokens/s is over the run."""
+    """The latency and throughput rows; ``finite_run``: the requests of a finite run at a rate or through a
+    closed loop's clients, whose output tokens/s is over the run."""
     if "steady_batch" in r:
         return [
             ("TTFT (with queueing)", _with_range(r, "ttft_s", seconds)),

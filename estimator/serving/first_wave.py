@@ -59,7 +59,8 @@ def first_wave_ttft(share, wave: dict, steady: dict, lowest_s) -> dict[str, np.n
     w = np.clip(np.asarray(share, dtype=float), 0.0, 1.0)
     each = np.asarray(wave["ttft_each_s"], dtype=float)
     # the steady state's quantile function: through (0, lowest), (0.5, p50), (0.9, p90), (0.99, p99), flat beyond
-    known = np.stack(np.broadcast_arrays(np.asarray(lowest_s, dtype=float),
+    median = np.asarray(steady["ttft_p50_s"], dtype=float)
+    known = np.stack(np.broadcast_arrays(np.minimum(lowest_s, median),   # a mix's median may be a short prompt's
                                          *(np.asarray(steady[f"ttft_{q}_s"], dtype=float) for q in PERCENTILES)),
                      axis=-1)
     known = np.maximum.accumulate(known, axis=-1)                  # a quantile function does not decrease
