@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from estimator import estimate
 from estimator.serving.burst import all_at_once
@@ -116,3 +118,26 @@ def test_a_closed_loop_with_a_number_of_requests(capsys):
                        "--num-requests", "80")
     assert code == 0 and "16 requests in flight, 80 in all, the first 16 sent at once" in out
     assert "output tokens/s over the run of 80 requests" in out
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["llama-3.1-8b", "qwen3-30b-a3b", "mistral-7b-v0.3"]), st.sampled_from(["h100", "a100", "l40s"]),
+       st.sampled_from(["vLLM", "SGLang", "TensorRT-LLM"]), st.integers(2, 128), st.integers(2, 40),
+       st.sampled_from([None, "random@1500/300", "sharegpt-bench"]))
+def test_a_finite_closed_loop_is_finite_ordered_and_tends_to_the_endless_loop(model, gpu, engine, clients, per_client,
+                                                                            lengths):
+    """Whatever the configuration: finite, ordered percentiles, a run at least as long as its renewals, and a run
+    a thousand times longer whose TTFT is the endless loop's."""
+    kwargs = dict(engine=engine, concurrency=clients, prompt_tokens=1500, output_tokens=300) if lengths is None else \
+        dict(engine=engine, concurrency=clients, lengths=lengths)
+    finite = estimate(model, gpu, num_requests=clients * per_client, **kwargs).results
+    assume(finite["fits"])
+    for key in ("ttft_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "run_duration_s", "throughput_out_tps",
+                "e2e_latency_s", "e2e_p99_s"):
+        assert np.isfinite(finite[key]) and finite[key] > 0, key
+    assert finite["ttft_p50_s"] <= finite["ttft_p90_s"] <= finite["ttft_p99_s"] * (1 + 1e-12)
+    assert finite["run_duration_s"] >= clients * (per_client - 1) / finite["request_rate"] * (1 - 1e-9)
+    endless = estimate(model, gpu, **kwargs).results
+    longer = estimate(model, gpu, num_requests=clients * 100_000, **kwargs).results
+    assert longer["ttft_s"] == pytest.approx(endless["ttft_s"], rel=0.01)
+    assert longer["throughput_out_tps"] == pytest.approx(endless["throughput_out_tps"], rel=0.01)
