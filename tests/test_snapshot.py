@@ -78,6 +78,10 @@ SPECIAL = [
     ["--model", "llama-3.1-8b", "--gpu", "h100", "--max-num-seqs", "8"],       # a cap without a load
     ["--model", "llama-3.1-8b", "--gpu", "h100", "--expert-skew", "1"],        # skew on a dense model
     ["--model", "llama-3.1-8b", "--gpu", "h100", "--concurrency", "4", "--lengths", "no-such-preset"],
+    # finite closed loops: the first C sent at once, and no more requests than clients (all at once)
+    ["--model", "llama-3.1-8b", "--gpu", "h100", "--concurrency", "64", "--num-requests", "320", "--engine",
+     "SGLang", "--lengths", "random@1000/500"],
+    ["--model", "llama-3.1-8b", "--gpu", "h100", "--concurrency", "16", "--num-requests", "10", "--engine", "vLLM"],
 ]
 
 

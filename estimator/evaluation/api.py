@@ -59,7 +59,7 @@ from estimator.specs.model import ModelSpec
 # Under a load (concurrency or rate) a sweep also returns the steady state; a saturated row has no latencies.
 LOAD_COLUMNS = ("steady_batch", "request_rate", "saturated", "max_rate", "ttft_prefill_s", "ttft_p50_s", "ttft_p90_s",
                 "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "e2e_p99_s", "queued_requests",
-                "max_running_sequences", "backlog_wait_s", "run_duration_s")
+                "max_running_sequences", "backlog_wait_s", "run_duration_s", "first_wave_ttft_s")
 # With num_requests and no load, a sweep also returns the all-at-once run's phases, limits and percentiles.
 ALL_AT_ONCE_COLUMNS = ("prefill_phase_s", "run_duration_s", "running_batch", "max_running_sequences",
                        "queued_requests", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s",

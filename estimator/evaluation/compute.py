@@ -134,6 +134,7 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
         "max_running_sequences": state["slots"] * dp,
         "max_rate": capacity * dp,
         "run_duration_s": np.where(ends, duration_s, np.nan),     # a finite benchmark's; none for a steady state
+        "first_wave_ttft_s": np.full(np.shape(ends), np.nan),    # a finite closed loop's first C (_first_wave)
     })
     out["tpot_inclusive_s"] = out["e2e_latency_s"] / np.asarray(O, dtype=float)
     # percentiles of the queueing model (docs/formulas.md §14); NaN (null) when saturated
@@ -213,6 +214,7 @@ def _in_lockstep(out: dict, at, one: dict, T, O, layout, clients, requests_run, 
     lockstep = {**_run_columns(run, O, layout), "request_rate": clients * dp * cycles_per_s,
                 # a finite loop of N requests (N > C) runs N/C such cycles
                 "run_duration_s": np.where(requests_run > 0, requests_run / clients * run["duration_s"], np.nan),
+                "first_wave_ttft_s": np.where(requests_run > 0, run["ttft_s"], np.nan),
                 "steady_batch": clients * dp, "queued_requests": 0.0 * clients, "backlog_wait_s": 0.0 * clients,
                 **{k: run[k] for k in PERCENTILE_COLUMNS}}
     out.update({k: np.where(fits, v, out[k]) for k, v in lockstep.items()})
@@ -229,6 +231,7 @@ def _first_wave(out: dict, at, one: dict, requests: dict, T, O, layout, wave, re
     steady_ttft = {k: out[k] for k in ("ttft_s", "ttft_p99_s")}
     mixed = first_wave_ttft(wave / requests_run, run, out, requests["prefill_s"])
     out.update({k: np.where(np.isnan(out[k]), np.nan, v) for k, v in mixed.items()})   # none where saturated
+    out["first_wave_ttft_s"] = run["ttft_s"] + 0 * out["ttft_s"]
     out["e2e_latency_s"] = out["e2e_latency_s"] + out["ttft_s"] - steady_ttft["ttft_s"]
     out["tpot_inclusive_s"] = out["e2e_latency_s"] / np.asarray(O, dtype=float)
     # the slowest requests are the wave's: their E2E tail grows by as much as the TTFT tail

@@ -272,6 +272,8 @@ def _speed_rows(r: dict, finite_run: int = 0) -> list[tuple[str, str]]:
             ("decode tokens/s per user", _with_range(r, "decode_tps_per_seq", rate)),
             *([("run ends with its last reply, after", seconds(r["run_duration_s"]))] if finite_run
               else []),
+            *([("TTFT of the first requests, sent at once (mean)", seconds(r["first_wave_ttft_s"]))]
+              if math.isfinite(r.get("first_wave_ttft_s", math.nan)) else []),
             (f"output tokens/s over the run of {finite_run:,} request{'s' * (finite_run != 1)}" if finite_run else
              "output tokens/s, all users", _with_range(r, "throughput_out_tps", rate)),
             ("requests/s served", f"{r['request_rate']:.2f}"),
