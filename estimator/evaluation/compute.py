@@ -231,7 +231,7 @@ def _first_wave(out: dict, at, one: dict, requests: dict, T, O, layout, wave, re
     steady_ttft = {k: out[k] for k in ("ttft_s", "ttft_p99_s")}
     mixed = first_wave_ttft(wave / requests_run, run, out, requests["prefill_s"])
     out.update({k: np.where(np.isnan(out[k]), np.nan, v) for k, v in mixed.items()})   # none where saturated
-    out["first_wave_ttft_s"] = run["ttft_s"] + 0 * out["ttft_s"]
+    out["first_wave_ttft_s"] = run["ttft_s"] + 0 * out["ttft_s"]         # broadcast to every row
     out["e2e_latency_s"] = out["e2e_latency_s"] + out["ttft_s"] - steady_ttft["ttft_s"]
     out["tpot_inclusive_s"] = out["e2e_latency_s"] / np.asarray(O, dtype=float)
     # the slowest requests are the wave's: their E2E tail grows by as much as the TTFT tail
