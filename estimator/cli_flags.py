@@ -175,9 +175,10 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
                         "cards, else 256)")
     p.add_argument("--lengths", type=_name, metavar="PRESET|FILE.csv",
                    help="under load or with --num-requests: request lengths from a preset (chat, sharegpt, "
-                        "sharegpt-bench: what vllm bench serve draws, rag, reasoning; random: SGLang "
-                        "bench_serving's uniform random dataset), a preset at other means "
-                        "(sharegpt@229/217: its shape, those mean prompt and output tokens) or a CSV with columns "
+                        "sharegpt-bench: what vllm bench serve draws, rag, reasoning; random, random-r0.8: SGLang "
+                        "bench_serving's uniform random dataset at range ratio 0 or the one named), a preset at "
+                        "other means (sharegpt@229/217: its shape, those mean prompt and output tokens) or a CSV with "
+                        "columns "
                         "prompt,output, one request per row; replaces --prompt and --output")
     p.add_argument("--kv-offload", choices=("none", "cpu", "disk"), default="none",
                    help="with --prefix-hit-rate: a second KV tier for cached prefixes (LMCache-style), host memory "

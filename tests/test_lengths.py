@@ -160,6 +160,31 @@ def test_the_random_preset_is_bench_servings_uniform_draw():
     assert scaled.output_tokens.max() == pytest.approx(842 * (1 - 0.5 / 24), rel=0.01)
 
 
+@pytest.mark.parametrize("ratio, low", [(0.5, 512), (0.8, 819)])
+def test_random_at_a_range_ratio_draws_from_its_share_of_the_set_length(ratio, low):
+    """`random-rR`: bench_serving's draw at --random-range-ratio R, from int(R L) to L (InferenceX passes 0.8), taken
+    at a run's means like any preset; a name that looks like a file suffix is still the preset, and a ratio of 1
+    or more (every request at the set lengths: give --prompt and --output) is refused with the presets named."""
+    from estimator.validation.predict import predict_rows
+    rng = np.random.default_rng(1)
+    mix = length_mix(f"random-r{ratio}")
+    for samples in (mix.prompt_tokens, mix.output_tokens):
+        drawn = rng.integers(low, 1024 + 1, 200_000)
+        assert samples.mean() == pytest.approx(drawn.mean(), rel=0.005)
+        assert samples.std() == pytest.approx(drawn.std(), rel=0.02)
+        assert low <= samples.min() and samples.max() <= 1024
+    scaled = length_mix(f"random-r{ratio}@921.5/300")
+    assert scaled.mean_prompt_tokens == pytest.approx(921.5, rel=0.01)
+    assert scaled.mean_output_tokens == pytest.approx(300, rel=0.01)
+    assert scaled.prompt_tokens.min() / scaled.prompt_tokens.max() > ratio - 0.02
+    with pytest.raises(ConfigurationError, match=r"random-rR \(a range ratio R from 0 to below 1\)"):
+        length_mix("random-r1")
+    row = {"id": "x", "hardware": "h100", "n_gpus": "1", "model": "llama-3.1-8b", "weight_format": "bf16",
+           "batch": "", "input_len": "921.5", "output_len": "921.5", "metric": "ttft_ms", "engine": "vLLM",
+           "concurrency": "16", "lengths": f"random-r{ratio}"}
+    assert predict_rows([row])[0]["status"] == "ok"
+
+
 def test_a_closed_loop_of_random_lengths_does_not_run_in_lockstep(db):
     """A closed loop of equal requests on SGLang runs in lockstep (all C prefilled together each cycle); the same
     loop drawing bench_serving's random lengths desynchronises, so its TTFT at 64 clients is about one prompt's

@@ -36,7 +36,9 @@ QUANTILE_POINTS = 24            # per length of a preset: 24 x 24 = 576 (prompt,
 OVERFLOW_PROBABILITY = 0.01     # the KV cache may overflow in this share of steps (engines then preempt)
 MAX_REQUESTS = 1_000_000        # rows of a lengths file
 RUN_POSITIONS = 256             # positions representing the requests of an all-at-once run (run_outputs)
-SCALED_PRESET = re.compile(r"^(?P<name>[A-Za-z][\w-]*)@(?P<prompt>\d+(?:\.\d+)?)/(?P<output>\d+(?:\.\d+)?)$")
+SCALED_PRESET = re.compile(r"^(?P<name>[A-Za-z][\w.-]*)@(?P<prompt>\d+(?:\.\d+)?)/(?P<output>\d+(?:\.\d+)?)$")
+# bench_serving's random dataset at a range ratio r below 1 (random-r0.8: from int(0.8 L) to L)
+RANDOM_AT_RATIO = re.compile(r"^random-r(?P<ratio>0(?:\.\d+)?)$")
 
 
 @dataclass(frozen=True)
@@ -228,12 +230,29 @@ def _points(part: dict) -> np.ndarray:
     return _uniform_points(part) if _is_uniform(part) else _lognormal_points(part)
 
 
+def _entry(name: str) -> dict | None:
+    """A preset's parts: a named preset's, or for ``random-rR`` the ``random`` draw at range ratio R, its lengths from
+    max(int(R L), 1) (prompts) or int(R L) (outputs) to the set length L, as bench_serving draws them."""
+    presets = load_presets()
+    if name in presets:
+        return presets[name]
+    at_ratio = RANDOM_AT_RATIO.match(name)
+    if at_ratio is None:
+        return None
+    ratio, draw = float(at_ratio["ratio"]), presets["random"]
+    return {"prompt": {**draw["prompt"], "low": max(int(ratio * draw["prompt"]["high"]), 1)},
+            "output": {**draw["output"], "low": int(ratio * draw["output"]["high"])}}
+
+
+def _preset_names() -> str:
+    return ", ".join([*load_presets(), "random-rR (a range ratio R from 0 to below 1)"])
+
+
 def preset(name: str) -> LengthMix:
     """A preset as a mix: independent prompt and output lengths, each on a quantile grid."""
-    presets = load_presets()
-    if name not in presets:
-        raise ConfigurationError(f"--lengths {name!r}: not a CSV file or a preset; presets: {', '.join(presets)}")
-    entry = presets[name]
+    entry = _entry(name)
+    if entry is None:
+        raise ConfigurationError(f"--lengths {name!r}: not a CSV file or a preset; presets: {_preset_names()}")
     prompts, outputs = _points(entry["prompt"]), _points(entry["output"])
     P, O = np.meshgrid(prompts, outputs, indexing="ij")
     return LengthMix(P.ravel(), O.ravel())
@@ -249,9 +268,8 @@ def scaled_preset(name: str, prompt_mean: float, output_mean: float) -> LengthMi
 
 def preset_at_means(name: str, prompt_mean: float, output_mean: float) -> str:
     """The ``--lengths`` value of preset ``name`` at these means (``sharegpt@229/217``), the name checked."""
-    if name not in load_presets():
-        raise ConfigurationError(f"'lengths' must name a length preset ({', '.join(load_presets())}), "
-                                 f"got {name!r}")
+    if _entry(name) is None:
+        raise ConfigurationError(f"'lengths' must name a length preset ({_preset_names()}), got {name!r}")
     return f"{name}@{prompt_mean:g}/{output_mean:g}"
 
 
@@ -265,4 +283,6 @@ def length_mix(value: str) -> LengthMix:
         if not (prompt_mean >= 1 and output_mean >= 1):
             raise ConfigurationError(f"--lengths {value}: the mean prompt and output must be at least 1 token")
         return scaled_preset(scaled["name"], prompt_mean, output_mean)
+    if _entry(value) is not None:     # before a file: random-r0.8 looks like a name with a suffix
+        return preset(value)
     return read_lengths_file(value) if Path(value).suffix or Path(value).exists() else preset(value)

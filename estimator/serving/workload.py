@@ -207,7 +207,7 @@ class ServingOptions(BaseModel):
                                         "None: the engine profile's default for the device")
     lengths: str | None = Field(
         default=None, max_length=4096, description="under load or in a run: request lengths from a preset (chat, "
-                                                    "sharegpt, sharegpt-bench, rag, reasoning, random), "
+                                                    "sharegpt, sharegpt-bench, rag, reasoning, random, random-r0.8), "
                                                     "one at other means (random@500/500) or a CSV of prompt,output "
                                                     "per request")
     kv_offload: Literal["none", "cpu", "disk"] = Field(
