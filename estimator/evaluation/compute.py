@@ -43,14 +43,12 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     mix = serving["length_mix"]
     # with a length mix, decode and memory run at the lengths of the batch's (length-biased) mean sequence
     T_run, O_run = (T, O) if mix is None else (np.asarray(T, dtype=float) * 0 + v for v in mix.decode_lengths())
-    # N requests sent at once: with no load, or through at least N clients (a closed loop's first wave is all of it)
-    N = serving["num_requests"]
-    if N and not serving["rate"] and N <= (serving["concurrency"] or np.inf):
-        def at_once(batch, prompts=T_run, outputs=O_run):
-            return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, batch, prompts, outputs, layout,
-                                    serving, engine, host, draft, end_step)
-        return _all_at_once_results(at_once, T, O, layout, serving, engine, mix)
     if not (serving["concurrency"] or serving["rate"]):
+        if serving["num_requests"]:
+            def at_once(batch, prompts=T_run, outputs=O_run):
+                return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, batch, prompts, outputs, layout,
+                                        serving, engine, host, draft, end_step)
+            return _all_at_once_results(at_once, T, O, layout, serving, engine, mix)
         return results_at_batch(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serving, engine, host, draft,
                                 end_step)
 
@@ -78,7 +76,8 @@ def compute_results(m, hw, f, kv, peak_linear_flops_per_s, B, T, O, layout, serv
     requests_run = np.asarray(serving["num_requests"], dtype=float) / dp
     finite = (requests_run > 0) & (rate > 0)
     clients = serving["concurrency"] / dp
-    closed_run = (requests_run > 0) & (clients > 0)     # N > C here: the first C sent at once, then a closed loop
+    # N > C here (ServingOptions.columns sends N <= C all at once): the first C at once, then a closed loop
+    closed_run = (requests_run > 0) & (clients > 0)
     served = np.where(finite, np.minimum(rate, MAX_UTILISATION * capacity), rate)
     backlog = {q: backlog_wait_s(requests_run, np.where(finite, rate, 0.0), capacity, slots, p)
                for q, p in (("mean", None), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}
@@ -226,8 +225,7 @@ def _first_wave(out: dict, at, one: dict, requests: dict, T, O, layout, wave, re
     at most the running limit) are an all-at-once run, a share C/N of the requests, the rest the steady state
     in ``out`` (:mod:`estimator.serving.first_wave`). Updates the TTFT mean and quantiles, and E2E with them."""
     dp = np.asarray(layout["dp"], dtype=float)
-    prompts_at = None if mix is None else (lambda batch: at(batch, T, O))
-    run, _, _ = _run_at_once(at, one, T, O, wave, dp, engine, prompts_at, mix)
+    run, _, _ = _run_at_once(at, one, T, O, wave, dp, engine, mix)
     steady_ttft = {k: out[k] for k in ("ttft_s", "ttft_p99_s")}
     mixed = first_wave_ttft(wave / requests_run, run, out, requests["prefill_s"])
     out.update({k: np.where(np.isnan(out[k]), np.nan, v) for k, v in mixed.items()})   # none where saturated
@@ -239,13 +237,13 @@ def _first_wave(out: dict, at, one: dict, requests: dict, T, O, layout, wave, re
 
 
 def _run_at_once(at, one: dict, T, O, requests, dp, engine: EngineDefaults,
-                 prompts_at=None, mix: LengthMix | None = None) -> tuple[dict, dict, dict]:
+                 mix: LengthMix | None = None) -> tuple[dict, dict, dict]:
     """:func:`~estimator.serving.burst.all_at_once` for ``requests`` per replica, all running; the results at
-    that batch (its decode step), and those its prompts are prefilled at (``prompts_at``: a mix's mean lengths
-    rather than the decode batch's length-biased ones). With a length mix the requests' outputs are its order
+    that batch (its decode step), and those its prompts are prefilled at (with a length mix, at its mean lengths
+    ``T``, ``O`` rather than the decode batch's length-biased ones). With a mix the requests' outputs are its order
     statistics (:func:`~estimator.serving.lengths.run_outputs`): the run lasts until the longest ends."""
     out = at(np.ceil(requests) * dp)
-    prompts = out if prompts_at is None else prompts_at(np.ceil(requests) * dp)
+    prompts = out if mix is None else at(np.ceil(requests) * dp, T, O)
     prompt = np.asarray(T, dtype=float) - prompts["cached_tokens"]
     return all_at_once(requests, prompts["ttft_s"], prompt, O, _step_tokens(prompt, engine), one["itl_s"],
                        out["itl_s"], not engine.prefill_runs_alone,
@@ -290,10 +288,9 @@ def _all_at_once_results(at, T, O, layout, serving, engine: EngineDefaults, mix:
     kv_batch = one["max_batch"] / dp if mix is None else \
         batch_that_fits(one["max_batch"] / dp, float(sum(mix.decode_lengths())), mix.final_length_spread())
     slots = np.maximum(np.floor(np.minimum(kv_batch, serving["max_num_seqs"])), 1.0)
-    prompts_at = None if mix is None else (lambda batch: at(batch, T, O))
     requests = serving["num_requests"] / dp
     fits_all = requests <= slots
-    run, out, prompts = _run_at_once(at, one, T, O, np.minimum(requests, slots), dp, engine, prompts_at, mix)
+    run, out, prompts = _run_at_once(at, one, T, O, np.minimum(requests, slots), dp, engine, mix)
     if not np.all(fits_all):
         prompt = np.asarray(T, dtype=float) - prompts["cached_tokens"]
         queued = backlog(requests, slots, prompts["ttft_s"], prompts["prefill_linear_s"], prompt, O,

@@ -250,7 +250,9 @@ class ServingOptions(BaseModel):
                 "cpu_moe": np.inf if self.cpu_moe == "all" else float(self.cpu_moe),
                 "ubatch_tokens": float(self.ubatch_tokens), "spec_tokens": self.draft_tokens,
                 "acceptance": self.acceptance, "draft_cost": self.draft_cost,
-                "concurrency": float(self.concurrency), "rate": self.rate, "chunk_tokens": float(self.chunked_prefill),
+                # clients with no more requests to send than there are of them send them all at once
+                "concurrency": 0.0 if self.all_at_once else float(self.concurrency), "rate": self.rate,
+                "chunk_tokens": float(self.chunked_prefill),
                 "max_num_seqs": cap, "profiled_sequences": cap,
                 "num_requests": float(self.num_requests),
                 "prefix_hit_rate": self.prefix_hit_rate,
