@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import numpy as np
 
 from estimator.efficiency.defaults import EngineDefaults
@@ -68,3 +70,13 @@ def median_abs_error(rows: list[dict], db) -> float:
     results = predict_rows(rows, db)
     assert all(r["status"] == "ok" for r in results), [r["reason"] for r in results if r["status"] != "ok"]
     return statistics.median(abs(float(r["rel_error"])) for r in results)
+
+
+def command_flags(command: str) -> dict:
+    """The flags of a command line and the value after each (True for a switch)."""
+    words, flags = shlex.split(command), {}
+    for i, word in enumerate(words):
+        if word.startswith("-"):
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            flags[word] = True if nxt is None or nxt.startswith("-") else nxt
+    return flags

@@ -12,6 +12,8 @@ from estimator.evaluation.api import estimate
 from estimator.reporting.measured import LIMIT, format_measured, measured_rows
 from estimator.reporting.verify import commands_for, format_verify, inputs_of, verify_commands
 
+from tests.helpers import command_flags
+
 LLAMA3 = "meta-llama/Meta-Llama-3-8B"
 RTX4090 = "NVIDIA GeForce RTX 4090"
 
@@ -20,16 +22,6 @@ def _llama_cpp(**kw):
     args = {"weight_format": "Q4_K_M", "engine": "llama.cpp", "batch": 1, "prompt_tokens": 512,
             "output_tokens": 128, "attention": "unfused"}
     return estimate(LLAMA3, RTX4090, **{**args, **kw})
-
-
-def _flags(command: str) -> dict:
-    """The flags of a command line and the value after each (True for a switch)."""
-    words, flags = shlex.split(command), {}
-    for i, word in enumerate(words):
-        if word.startswith("-"):
-            nxt = words[i + 1] if i + 1 < len(words) else None
-            flags[word] = True if nxt is None or nxt.startswith("-") else nxt
-    return flags
 
 
 def _by_id(rows):
@@ -81,15 +73,15 @@ def test_at_most_ten_rows():
 def test_llama_cpp_command():
     commands = verify_commands(_llama_cpp(attention="fused"))
     assert [c["tool"] for c in commands] == ["llama-bench", "roofline"]
-    flags = _flags(commands[0]["command"])
+    flags = command_flags(commands[0]["command"])
     assert commands[0]["command"].startswith("llama-bench -m Llama-3-8B-Q4_K_M.gguf")
     assert (flags["-p"], flags["-n"], flags["-b"], flags["-ngl"], flags["-fa"]) == ("512", "128", "2048", "99", "1")
-    assert _flags(verify_commands(_llama_cpp(gpu_layers=20))[0]["command"])["-ngl"] == "20"
+    assert command_flags(verify_commands(_llama_cpp(gpu_layers=20))[0]["command"])["-ngl"] == "20"
 
 
 def test_llama_cpp_batch_adds_batched_bench():
     commands = verify_commands(_llama_cpp(batch=8))
-    batched = _flags(commands[1]["command"])
+    batched = command_flags(commands[1]["command"])
     assert commands[1]["tool"] == "llama-batched-bench"
     assert (batched["-npp"], batched["-ntg"], batched["-npl"], batched["-c"]) == ("512", "128", "8", str(8 * 640))
 
@@ -114,7 +106,7 @@ def test_vllm_static_batch():
     commands = verify_commands(e)
     assert [c["tool"] for c in commands] == ["vLLM", "roofline"]
     assert commands[0]["command"].startswith("vllm bench latency --model meta-llama/Llama-3.1-70B")
-    flags = _flags(commands[0]["command"])
+    flags = command_flags(commands[0]["command"])
     assert (flags["--input-len"], flags["--output-len"], flags["--batch-size"], flags["--tensor-parallel-size"],
             flags["--quantization"]) == ("1024", "64", "8", "2", "fp8")
 
@@ -122,27 +114,27 @@ def test_vllm_static_batch():
 def test_vllm_under_concurrency_and_rate():
     commands = verify_commands(estimate("llama-3.1-8b", "h100", concurrency=16, prompt_tokens=300, output_tokens=200))
     assert commands[0]["command"] == "vllm serve meta-llama/Llama-3.1-8B"
-    flags = _flags(commands[1]["command"])
+    flags = command_flags(commands[1]["command"])
     assert commands[1]["command"].startswith("vllm bench serve --model meta-llama/Llama-3.1-8B")
     assert (flags["--dataset-name"], flags["--random-input-len"], flags["--random-output-len"],
             flags["--max-concurrency"]) == ("random", "300", "200", "16")
     assert "--tensor-parallel-size" not in flags
-    rated = _flags(verify_commands(estimate("llama-3.1-8b", "h100", rate=2.5))[1]["command"])
+    rated = command_flags(verify_commands(estimate("llama-3.1-8b", "h100", rate=2.5))[1]["command"])
     assert rated["--request-rate"] == "2.5" and "--max-concurrency" not in rated
 
 
 def test_mlx_on_an_apple_device():
     commands = verify_commands(estimate("llama-3.1-8b", "m2 ultra", batch=4, prompt_tokens=256, output_tokens=100))
     assert [c["tool"] for c in commands] == ["MLX", "roofline"]
-    flags = _flags(commands[0]["command"])
+    flags = command_flags(commands[0]["command"])
     assert (flags["--model"], flags["-p"], flags["-g"], flags["-b"]) == ("meta-llama/Llama-3.1-8B", "256", "100", "4")
-    assert _flags(commands[1]["command"])["--device"] == "mps"
+    assert command_flags(commands[1]["command"])["--device"] == "mps"
 
 
 def test_roofline_validate_local_always():
     e = estimate("llama-3.1-8b", "h100", batch=2, prompt_tokens=128, output_tokens=32)
     local = verify_commands(e)[-1]
-    flags = _flags(local["command"])
+    flags = command_flags(local["command"])
     assert local["command"].startswith("roofline validate --local")
     assert (flags["--model"], flags["--batch"], flags["--prompt"], flags["--output"], flags["--device"]) == \
         ("meta-llama/Llama-3.1-8B", "2", "128", "32", "cuda")

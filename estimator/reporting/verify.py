@@ -8,15 +8,15 @@ class): no file is read and nothing is run. The tool follows the engine and the 
   i.e. prompt tokens per step, default 2048, ``-ngl`` layers on the GPU, ``-fa`` flash attention).
   It times one sequence; for a batch above 1, ``llama-batched-bench`` (``-npp`` prompt tokens,
   ``-ntg`` generated tokens, ``-npl`` parallel sequences, ``-c`` context) as well.
-- vLLM (vLLM, SGLang, TensorRT-LLM or the generic engine on an NVIDIA or AMD device): ``vllm bench
-  latency`` for a static batch, ``vllm bench serve`` with random prompts against ``vllm serve``
-  under a concurrency or a request rate (vLLM's benchmark CLI docs).
+- vLLM, SGLang and TensorRT-LLM (and the generic engine, as vLLM) on an NVIDIA or AMD device: the
+  engine's own benchmark tools, for a static batch and for a run of requests under the estimate's
+  load (:mod:`estimator.reporting.serving_commands`).
 - MLX (Apple devices): ``mlx_lm.benchmark`` (mlx-lm's benchmark.py: ``--model``, ``-p`` prompt
   tokens, ``-g`` generation tokens, ``-b`` batch size).
 - Always: ``roofline validate --local``, which times a random-weight model in torch here.
 
-A request mix (``--lengths``) is measured at its mean lengths: the commands take one length, so its
-spread is not replayed.
+A request mix (``--lengths``) is measured at its mean lengths, except a benchmark client's own random
+draw, which the serving commands replay.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import shlex
 
 from estimator.evaluation.api import Estimate
 from estimator.physics.offload import DEFAULT_UBATCH_TOKENS
+from estimator.reporting.serving_commands import SERVING_TOOLS
 
 GPU_VENDORS = ("NVIDIA", "AMD")
-SERVING_ENGINES = ("vllm", "sglang", "tensorrt-llm", "generic")
 LLAMA_BENCH_BATCH = 2048   # llama-bench's default logical batch (-b)
 
 
@@ -42,7 +42,8 @@ def inputs_of(e: Estimate) -> dict:
     return {**{k: d[k] for k in ("model", "hf_id", "hardware", "n_gpus", "tp", "pp", "ep", "attention_dp",
                                  "engine", "weight_format",
                                  "kv_format", "batch", "prompt_tokens", "output_tokens", "concurrency", "rate",
-                                 "attention", "gpu_layers", "chunked_prefill", "ubatch_tokens")},
+                                 "num_requests", "max_num_seqs", "lengths", "attention", "gpu_layers",
+                                 "chunked_prefill", "ubatch_tokens")},
             # a length mix is measured at its mean lengths (whole tokens): the tools take one length
             "prompt_tokens": round(d["prompt_tokens"]), "output_tokens": round(d["output_tokens"]),
             "vendor": e.hardware.vendor, "device_class": e.hardware.device_class.value,
@@ -51,14 +52,15 @@ def inputs_of(e: Estimate) -> dict:
 
 
 def tool_for(i: dict) -> str | None:
-    """llama.cpp, vllm, mlx, or None when none of them fits the engine and device."""
+    """llama.cpp, mlx, a serving engine's tools (vllm, sglang, tensorrt-llm; generic: vLLM's), or None when none of
+    them fits the engine and device."""
     engine = str(i["engine"]).split("@")[0].lower()
     if i.get("gguf") or engine == "llama.cpp":
         return "llama.cpp"
     if i["vendor"] == "Apple" or engine == "mlx":
         return "mlx"
-    if engine in SERVING_ENGINES and i["vendor"] in GPU_VENDORS and i["device_class"] != "cpu":
-        return "vllm"
+    if engine in SERVING_TOOLS and i["vendor"] in GPU_VENDORS and i["device_class"] != "cpu":
+        return engine
     return None
 
 
@@ -84,34 +86,6 @@ def llama_cpp(i: dict) -> list[dict]:
                                "a MoE model routes to the same experts; docs/formulas.md §9")
         out.append(batched)
     return out
-
-
-def _vllm_engine_args(i: dict) -> str:
-    args = ""
-    if i["attention_dp"] and i["tp"] > 1:   # vLLM's attention data parallelism: DP ranks share the MoE layers
-        args += f" --data-parallel-size {i['tp']}" + (" --enable-expert-parallel" if i["ep"] > 1 else "")
-    elif i["tp"] > 1:
-        args += f" --tensor-parallel-size {i['tp']}"
-    if i["pp"] > 1:
-        args += f" --pipeline-parallel-size {i['pp']}"
-    if str(i["weight_format"]).lower() == "fp8":
-        args += " --quantization fp8"       # online fp8 of a 16-bit checkpoint
-    if str(i["kv_format"]).lower().startswith("fp8"):
-        args += " --kv-cache-dtype fp8"
-    return args
-
-
-def vllm(i: dict) -> list[dict]:
-    model, engine_args = _q(i["hf_id"] or i["model"]), _vllm_engine_args(i)
-    if not (i["concurrency"] or i["rate"]):
-        return [{"tool": "vLLM", "command":
-                 f"vllm bench latency --model {model} --input-len {i['prompt_tokens']} "
-                 f"--output-len {i['output_tokens']} --batch-size {i['batch']}{engine_args}"}]
-    load = f"--max-concurrency {i['concurrency']}" if i["concurrency"] else f"--request-rate {i['rate']:g}"
-    return [{"tool": "vLLM server", "command": f"vllm serve {model}{engine_args}"},
-            {"tool": "vLLM", "command":
-             f"vllm bench serve --model {model} --dataset-name random --random-input-len {i['prompt_tokens']} "
-             f"--random-output-len {i['output_tokens']} {load} --ignore-eos"}]
 
 
 def mlx(i: dict) -> list[dict]:
@@ -142,7 +116,7 @@ def roofline_local(i: dict) -> dict:
 def commands_for(i: dict) -> list[dict]:
     """{tool, command} for each command that measures these inputs, the engine's tool first."""
     tool = tool_for(i)
-    engine = {"llama.cpp": llama_cpp, "vllm": vllm, "mlx": mlx}[tool](i) if tool else []
+    engine = {"llama.cpp": llama_cpp, "mlx": mlx, **SERVING_TOOLS}[tool](i) if tool else []
     return engine + [roofline_local(i)]
 
 

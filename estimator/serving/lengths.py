@@ -273,6 +273,34 @@ def preset_at_means(name: str, prompt_mean: float, output_mean: float) -> str:
     return f"{name}@{prompt_mean:g}/{output_mean:g}"
 
 
+@dataclass(frozen=True)
+class RandomDraw:
+    """bench_serving's random-dataset settings: prompts drawn from max(int(R L), 1) to L tokens, outputs from
+    int(R O) to O (``--random-range-ratio`` R, ``--random-input-len`` L, ``--random-output-len`` O)."""
+
+    range_ratio: float
+    input_len: int
+    output_len: int
+
+
+def random_draw(value: str | None) -> RandomDraw | None:
+    """The client settings that draw the mix ``value``: the ``random`` preset or ``random-rR``, as named (their set
+    lengths) or at other means (``random@610/421``: set lengths in the ratio of those means to the preset's, which is
+    how :func:`scaled_preset` scales the draw); None for any other mix, which no client draws."""
+    scaled = SCALED_PRESET.match(value or "")
+    name = scaled["name"] if scaled else value
+    at_ratio = RANDOM_AT_RATIO.match(name or "")
+    if name != "random" and at_ratio is None:
+        return None
+    ratio, prompt, output = float(at_ratio["ratio"]) if at_ratio else 0.0, *(_entry(name)[k]["high"]
+                                                                           for k in ("prompt", "output"))
+    if scaled is None:
+        return RandomDraw(ratio, prompt, output)
+    mix = preset(name)
+    return RandomDraw(ratio, round(prompt * float(scaled["prompt"]) / mix.mean_prompt_tokens),
+                      round(output * float(scaled["output"]) / mix.mean_output_tokens))
+
+
 @lru_cache(maxsize=8)
 def length_mix(value: str) -> LengthMix:
     """A preset name, a preset at other means (``NAME@PROMPT/OUTPUT``), or the path of a CSV of requests
