@@ -258,7 +258,8 @@ def plan_from_args(args: argparse.Namespace):
     if args.plan_file:
         return load_plan(args.plan_file)
     if not args.model:
-        raise ConfigurationError("give a plan file, or --model with --prompt, --output and --concurrency or --rate")
+        raise ConfigurationError("give a plan file, or --model with --prompt and --output (or --lengths) and "
+                                 "--concurrency or --rate")
 
     def given(**keys) -> dict:
         return {key: getattr(args, dest) for key, dest in keys.items() if getattr(args, dest)}
@@ -267,8 +268,8 @@ def plan_from_args(args: argparse.Namespace):
     try:
         return PlanSpec.model_validate({
             "models": args.model, **given(engine="engine"),
-            "workload": given(prompt="prompt", output="output", concurrency="concurrency", rate="rate",
-                              max_num_seqs="max_num_seqs"),
+            "workload": given(prompt="prompt", output="output", lengths="lengths", concurrency="concurrency",
+                              rate="rate", max_num_seqs="max_num_seqs", prefix_hit_rate="prefix_hit_rate"),
             "targets": given(max_ttft_s="max_ttft_s", min_tps_per_user="min_tps_per_user", percentile="percentile",
                              latency_percentile="latency_percentile"),
             "constraints": {**given(formats="formats", min_bits="min_bits", gpus="gpus", max_gpus="max_gpus",

@@ -254,8 +254,14 @@ def build_parser() -> argparse.ArgumentParser:
     load = pl.add_mutually_exclusive_group()
     load.add_argument("--concurrency", type=_whole(), help="requests in flight")
     load.add_argument("--rate", "--request-rate", type=_number(MIN_RATE, MAX_RATE), help="requests per second")
+    pl.add_argument("--lengths", type=_name, metavar="PRESET|FILE.csv",
+                    help="instead of --prompt/--output: request lengths served together, from a preset (chat, "
+                         "sharegpt, rag, reasoning, random), one at other means (sharegpt@229/217) or a CSV of "
+                         "prompt,output per request")
     pl.add_argument("--max-num-seqs", type=_whole(), metavar="N",
                     help="the engine runs at most N sequences at once (default: the engine profile's)")
+    pl.add_argument("--prefix-hit-rate", type=_number(0, 1), metavar="H",
+                    help="share of prompt tokens found in the engine's prefix cache (0-1, default 0)")
     pl.add_argument("--max-ttft-s", type=_number(above=True), help="TTFT target, seconds, queueing included")
     pl.add_argument("--min-tps-per-user", type=_number(above=True), help="decode tokens/s per user target")
     pl.add_argument("--percentile", choices=("p50", "p90"),

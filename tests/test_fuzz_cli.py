@@ -341,7 +341,16 @@ def test_estimate_explain_and_speculation_flags(files, case):
     check(_fast_search(argv), valid, files)
 
 
-PLAN_WORKLOAD = [option("--prompt", whole(1, 10**9, [128, 512])), option("--output", whole(1, 10**9, [64, 128])),
+def _together(first, second):
+    """Two pieces as one: invalid if either is, valid only if both are."""
+    return st.tuples(first, second).map(
+        lambda p: (p[0][0] + p[1][0], False if False in (p[0][1], p[1][1]) else (p[0][1] and p[1][1]) or None))
+
+
+PLAN_WORKLOAD = [st.one_of(_together(option("--prompt", whole(1, 10**9, [128, 512])),
+                                     option("--output", whole(1, 10**9, [64, 128]))),
+                           option("--lengths", st.one_of(file_arg(["@lengths", "@bad_lengths"]),
+                                                         names(["chat", "sharegpt@229/217", "random-r0.5"])))),
                  st.one_of(option("--concurrency", whole(1, 10**9, [1, 8, 64])),
                            option("--rate", number(1e-6, 1e9, [0.5, 4.0, 1e-6])))]
 PLAN_FLAGS = {
@@ -349,6 +358,7 @@ PLAN_FLAGS = {
     "--min-tps-per-user": number(0, 1e12, [10.0, 50.0], above=True),
     "--percentile": choice(["p50", "p90"]),
     "--latency-percentile": choice(["p50", "p90", "p99"]), "--max-num-seqs": whole(1, 10**9, [4, 256]),
+    "--prefix-hit-rate": number(0, 1, [0.0, 0.5, 0.9]),
     "--formats": st.one_of(names(["bf16,fp8", "int4-awq", "Q4_K_M,nvfp4"]), st.just(([",,"], False))),
     "--min-bits": number(0, 32, [4.0, 8.0, 16.0], above=True),
     "--gpus": names(["h100,l40s", "rtx 4090", "l4,h200", "consumer_gpu"]),
@@ -502,4 +512,4 @@ def test_every_plan_flag_is_fuzzed():
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     flags = {a.option_strings[0] for a in sub.choices["plan"]._actions
              if a.option_strings and a.option_strings[0].startswith("--")}
-    assert flags - set(PLAN_FLAGS) - {"--prompt", "--output", "--concurrency", "--rate"} == set()   # PLAN_WORKLOAD
+    assert flags - set(PLAN_FLAGS) - {"--prompt", "--output", "--lengths", "--concurrency", "--rate"} == set()

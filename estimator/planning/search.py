@@ -132,7 +132,7 @@ def _percentile_adjusted(spec: PlanSpec, moe: bool, hw: Hardware, ttft: float, t
 def _results_for_candidates(spec: PlanSpec, model, devices, formats, layouts, db) -> list[dict]:
     """Every (device, format, layout) for one model under the plan's load, one dict per request type."""
     w = spec.workload
-    serving = ServingOptions(concurrency=w.concurrency, rate=w.rate, max_num_seqs=w.max_num_seqs)
+    serving = ServingOptions(**w.serving)
     per_request = []
     for request in w.requests:
         table = sweep([model], devices, formats, ["f16"], [1], [request.prompt], [request.output], layouts,

@@ -1,8 +1,9 @@
 """`roofline plan`: which hardware, how many, in which format, and at what cost.
 
 The inverse of an estimate. A plan names one or more models, a workload
-(prompt and output length, as fixed values or a small mix; a concurrency or a
-request rate), service targets and constraints; the planner estimates every
+(prompt and output length: fixed, a few request types judged one by one, or a
+length mix served together; a concurrency or a request rate; a prefix-cache hit
+rate), service targets and constraints; the planner estimates every
 candidate (device × count × layout × format) under that load with the
 vectorized sweep, keeps those that meet the targets (on the mean latencies, or
 at ``targets.latency_percentile`` of the queueing model; docs/formulas.md §14),
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from estimator.errors import ConfigurationError, load_yaml_model
+from estimator.serving.lengths import length_mix
 
 DEFAULT_FORMATS = ("bf16", "fp8", "int4-awq", "nvfp4")
 FP4_FORMATS = ("nvfp4", "mxfp4", "mxfp4-experts")
@@ -39,25 +41,57 @@ class Request(_Spec):
 class Workload(_Spec):
     prompt: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     output: int | None = Field(default=None, ge=1, le=MAX_COUNT)
-    mix: list[Request] = Field(default_factory=list, description="instead of prompt/output: a small mix")
+    mix: list[Request] = Field(default_factory=list, description="instead of prompt/output: a few request types, "
+                                                                 "each judged as if it were the only one")
+    lengths: str | None = Field(
+        default=None, max_length=4096, description="instead of prompt/output: request lengths served together, from a "
+                                                   "preset (chat, sharegpt, rag, reasoning, random), a preset at "
+                                                   "other means (sharegpt@229/217) or a CSV of prompt,output per "
+                                                   "request (docs/formulas.md §14, 'Request lengths')")
     concurrency: int = Field(default=0, ge=0, le=MAX_COUNT, description="requests in flight (closed loop)")
     rate: float = Field(default=0.0, ge=0, description="requests per second (open loop)")
     max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_COUNT,
                                      description="the engine's cap on running sequences (None: its profile's)")
+    prefix_hit_rate: float = Field(default=0.0, ge=0, le=1, description="share of prompt tokens found in the "
+                                                                        "engine's prefix cache")
+
+    @field_validator("lengths")
+    @classmethod
+    def _known_lengths(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                length_mix(value)
+            except ConfigurationError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @model_validator(mode="after")
     def _one_of_each(self) -> "Workload":
         if bool(self.concurrency) == bool(self.rate):
             raise ValueError("give exactly one of workload.concurrency and workload.rate")
-        if self.mix and (self.prompt or self.output):
-            raise ValueError("give workload.prompt/output or workload.mix, not both")
-        if not self.mix and not (self.prompt and self.output):
-            raise ValueError("workload needs prompt and output (or a mix)")
+        given = [name for name, on in (("prompt/output", self.prompt or self.output), ("mix", self.mix),
+                                       ("lengths", self.lengths)) if on]
+        if len(given) > 1:
+            raise ValueError(f"give one of workload.prompt/output, workload.mix and workload.lengths, not "
+                             f"{' and '.join(given)}")
+        if not (self.mix or self.lengths or (self.prompt and self.output)):
+            raise ValueError("workload needs prompt and output (or a mix, or lengths)")
         return self
 
     @property
     def requests(self) -> list[Request]:
+        """The request types judged one by one; a length mix is one, at its mean lengths (whole tokens)."""
+        if self.lengths:
+            mix = length_mix(self.lengths)
+            return [Request(prompt=max(round(mix.mean_prompt_tokens), 1),
+                            output=max(round(mix.mean_output_tokens), 1))]
         return self.mix or [Request(prompt=self.prompt, output=self.output)]
+
+    @property
+    def serving(self) -> dict:
+        """The serving options every estimate of the plan runs under (estimate's keywords)."""
+        return {"concurrency": self.concurrency, "rate": self.rate, "max_num_seqs": self.max_num_seqs,
+                "lengths": self.lengths, "prefix_hit_rate": self.prefix_hit_rate}
 
 
 class Targets(_Spec):

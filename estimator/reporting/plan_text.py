@@ -21,9 +21,12 @@ def describe_targets(spec) -> str:
     load = f"{w.concurrency} requests in flight" if w.concurrency else f"{w.rate:g} requests/s"
     mix = ", ".join(f"{r.prompt}->{r.output} tokens" + (f" ({r.share:g})" if len(w.requests) > 1 else "")
                     for r in w.requests)
+    if w.lengths:
+        mix = f"lengths {w.lengths} (mean {mix})"
+    hits = f", {w.prefix_hit_rate:.0%} of prompt tokens from the prefix cache" if w.prefix_hit_rate else ""
     goals = [f"TTFT <= {t.max_ttft_s:g} s" if t.max_ttft_s else "", f">= {t.min_tps_per_user:g} tokens/s per user"
              if t.min_tps_per_user else ""]
-    return (f"{', '.join(spec.models)}; {mix}; {load}; targets: {', '.join(g for g in goals if g) or 'none'} "
+    return (f"{', '.join(spec.models)}; {mix}; {load}{hits}; targets: {', '.join(g for g in goals if g) or 'none'} "
             f"(on {target_basis(t)}); {spec.constraints.deployment}; engine {spec.engine}")
 
 

@@ -22,6 +22,7 @@ from estimator.formatting import rate, seconds
 from estimator.planning.search import PlanResult, judged_latencies, missed_targets, plan, targeted_latencies
 from estimator.planning.spec import PlanSpec
 from estimator.reporting.plan_text import describe_targets, tensor_parallel_text, tp_cell
+from estimator.serving.lengths import at_means, length_mix
 from estimator.specs.database import Database, load_database
 
 SHORTLIST_HEADER = ("hardware", "format", "devices", "tp", "TTFT", "tok/s per user", "tok/s all", "$ per 1M tokens",
@@ -40,9 +41,8 @@ def _png(fig) -> str:
 def _estimate(spec: PlanSpec, c: dict, db: Database, **changes):
     request = spec.workload.requests[0]
     kwargs = dict(n_gpus=c["count"], tp=c["tp"], ep=c["ep"], attention_dp=c["attention_dp"],
-                  weight_format=c["format"], prompt_tokens=request.prompt,
-                  output_tokens=request.output, concurrency=spec.workload.concurrency, rate=spec.workload.rate,
-                  engine=spec.engine, calibration=None, db=db)
+                  weight_format=c["format"], prompt_tokens=request.prompt, output_tokens=request.output,
+                  **spec.workload.serving, engine=spec.engine, calibration=None, db=db)
     kwargs.update(changes)
     return estimate(c["model"], c["hardware"], **kwargs)
 
@@ -185,7 +185,7 @@ def _figures(spec: PlanSpec, result: PlanResult, db: Database) -> list[dict]:
     for c in [best] + [alt for alt, _ in _alternatives(result)]:
         values = []
         for p in prompts:
-            e = _estimate(spec, c, db, prompt_tokens=p, concurrency=1, rate=0.0)
+            e = _estimate(spec, c, db, prompt_tokens=p, concurrency=1, rate=0.0, lengths=None)
             values.append(e.ttft_s if e.runnable else float("nan"))
         series[f"{c['count']}x {c['hardware']} {c['format']}"] = values
     plots.plot_lines(ax, prompts, series, "prompt tokens", "TTFT (s), one request", logx=True, logy=True,
@@ -217,19 +217,21 @@ def _figures(spec: PlanSpec, result: PlanResult, db: Database) -> list[dict]:
 
 def _sensitivity(spec: PlanSpec, result: PlanResult, db: Database) -> list[tuple]:
     best = result.configurations[0]
-    request = spec.workload.requests[0]
     slow = engine_profile(spec.engine)
     params = slow.parameters
     slower = slow.model_copy(update={"parameters": params.model_copy(update={
         "bandwidth_eff": {k: v * 0.8 for k, v in params.bandwidth_eff.items()},
         "kv_bandwidth_eff": params.kv_bandwidth_eff * 0.8})})
     cases = [("as planned", {}), ("bandwidth efficiency 20% lower", {"engine": slower}),
-             ("prompts twice as long", {"prompt_tokens": 2 * request.prompt}),
+             ("prompts twice as long", _longer_prompts(spec.workload)),
              ("speculative decoding, acceptance 0.8", {"draft_cost": 0.05, "draft_tokens": 4, "acceptance": 0.8}),
              ("speculative decoding, acceptance 0.5", {"draft_cost": 0.05, "draft_tokens": 4, "acceptance": 0.5})]
     rows = []
     hourly = best["cost_per_hour_usd"]
     for label, change in cases:
+        if change is None:
+            rows.append((label, "-", "-", "-", "not computed: a lengths file's prompts are as measured"))
+            continue
         e = _estimate(spec, best, db, **change)
         if not e.runnable:
             rows.append((label, "-", "-", "-", "no: " + ("; ".join(e.warnings) or "does not fit")))
@@ -239,6 +241,16 @@ def _sensitivity(spec: PlanSpec, result: PlanResult, db: Database) -> list[tuple
         rows.append((label, seconds(ttft), rate(tps),
                      f"{hourly / (e.throughput_out_tps * 3600) * 1e6:.3f}", "yes" if ok else "no"))
     return rows
+
+
+def _longer_prompts(w) -> dict | None:
+    """The change that makes prompts twice as long: the first request type's, or a preset length mix at twice its mean
+    prompt; None for a file of requests."""
+    if not w.lengths:
+        return {"prompt_tokens": 2 * w.requests[0].prompt}
+    mix = length_mix(w.lengths)
+    longer = at_means(w.lengths, 2 * mix.mean_prompt_tokens, mix.mean_output_tokens)
+    return {"lengths": longer} if longer else None
 
 
 def _sensitivity_header(spec: PlanSpec) -> tuple[str, ...]:

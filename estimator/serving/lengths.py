@@ -273,6 +273,14 @@ def preset_at_means(name: str, prompt_mean: float, output_mean: float) -> str:
     return f"{name}@{prompt_mean:g}/{output_mean:g}"
 
 
+def at_means(value: str, prompt_mean: float, output_mean: float) -> str | None:
+    """The length mix ``value`` at other means: its preset, scaled (``sharegpt@458/217``); None for a file of
+    requests, which are what they are."""
+    scaled = SCALED_PRESET.match(value)
+    name = scaled["name"] if scaled else value
+    return preset_at_means(name, prompt_mean, output_mean) if _entry(name) is not None else None
+
+
 @dataclass(frozen=True)
 class RandomDraw:
     """bench_serving's random-dataset settings: prompts drawn from max(int(R L), 1) to L tokens, outputs from
