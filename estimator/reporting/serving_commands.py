@@ -108,6 +108,24 @@ def _under_load(i: dict) -> bool:
     return bool(i["concurrency"] or i["rate"] or i["num_requests"])
 
 
+# The settings vLLM and SGLang both take as flags, each in its own spelling: pipeline stages, online FP8 of a 16-bit
+# checkpoint, an FP8 KV cache, the running limit and the chunked-prefill budget.
+VLLM_FLAGS = {"pp": "--pipeline-parallel-size", "fp8_weights": "--quantization fp8",
+              "fp8_cache": "--kv-cache-dtype fp8", "max_num_seqs": "--max-num-seqs",
+              "chunked_prefill": "--max-num-batched-tokens"}
+SGLANG_FLAGS = {"pp": "--pp-size", "fp8_weights": "--quantization fp8", "fp8_cache": "--kv-cache-dtype fp8_e4m3",
+                "max_num_seqs": "--max-running-requests", "chunked_prefill": "--chunked-prefill-size"}
+
+
+def _shared_flags(i: dict, flags: dict) -> str:
+    args = f" {flags['pp']} {i['pp']}" if i["pp"] > 1 else ""
+    if _fp8_weights(i):
+        args += f" {flags['fp8_weights']}"
+    if _fp8_cache(i):
+        args += f" {flags['fp8_cache']}"
+    return args + "".join(f" {flags[k]} {i[k]}" for k in ("max_num_seqs", "chunked_prefill") if i[k])
+
+
 def _vllm_args(i: dict) -> str:
     args = ""
     if i["attention_dp"] and i["tp"] > 1:   # vLLM's attention data parallelism: DP ranks share the MoE layers
@@ -116,27 +134,23 @@ def _vllm_args(i: dict) -> str:
         args += f" --tensor-parallel-size {i['tp']}"
     if i["ep"] > 1:     # the MoE layers' experts split over the TP x DP ranks instead of each expert's matrices
         args += " --enable-expert-parallel"
-    if i["pp"] > 1:
-        args += f" --pipeline-parallel-size {i['pp']}"
-    if _fp8_weights(i):
-        args += " --quantization fp8"       # online fp8 of a 16-bit checkpoint
-    if _fp8_cache(i):
-        args += " --kv-cache-dtype fp8"
-    if i["max_num_seqs"]:
-        args += f" --max-num-seqs {i['max_num_seqs']}"
-    if i["chunked_prefill"]:
-        args += f" --max-num-batched-tokens {i['chunked_prefill']}"
-    return args
+    return args + _shared_flags(i, VLLM_FLAGS)
+
+
+def _batch_or_run(i: dict, name: str, static: str, server: str, client: dict) -> list[dict]:
+    """A static batch's one command, or a run's server and client; what the flags cannot set is noted on the
+    engine's own command (vLLM and SGLang quantize a 16-bit checkpoint to FP8 themselves)."""
+    note = _format_note(i, online_fp8=True)
+    if not _under_load(i):
+        return [{"tool": name, "command": static, **note}]
+    return [{"tool": f"{name} server", "command": server, **note}, client]
 
 
 def vllm(i: dict) -> list[dict]:
-    model, args, note = _model(i), _vllm_args(i), _format_note(i, online_fp8=True)
-    if not _under_load(i):
-        return [{"tool": "vLLM", "command":
-                 f"vllm bench latency --model {model} --input-len {i['prompt_tokens']} "
-                 f"--output-len {i['output_tokens']} --batch-size {i['batch']}{args}", **note}]
-    return [{"tool": "vLLM server", "command": f"vllm serve {model}{args}", **note},
-            _client(i, random_draw(i["lengths"]))]
+    model, args = _model(i), _vllm_args(i)
+    return _batch_or_run(i, "vLLM", f"vllm bench latency --model {model} --input-len {i['prompt_tokens']} "
+                                    f"--output-len {i['output_tokens']} --batch-size {i['batch']}{args}",
+                         f"vllm serve {model}{args}", _client(i, random_draw(i["lengths"])))
 
 
 def _sglang_args(i: dict) -> str:
@@ -147,27 +161,16 @@ def _sglang_args(i: dict) -> str:
             args += f" --dp-size {i['tp']} --enable-dp-attention"
     if i["ep"] > 1:
         args += f" --ep-size {i['ep']}"
-    if i["pp"] > 1:
-        args += f" --pp-size {i['pp']}"
-    if _fp8_weights(i):
-        args += " --quantization fp8"
-    if _fp8_cache(i):
-        args += " --kv-cache-dtype fp8_e4m3"
-    if i["max_num_seqs"]:
-        args += f" --max-running-requests {i['max_num_seqs']}"
-    if i["chunked_prefill"]:
-        args += f" --chunked-prefill-size {i['chunked_prefill']}"
-    return args
+    return args + _shared_flags(i, SGLANG_FLAGS)
 
 
 def sglang(i: dict) -> list[dict]:
-    model, args, note = _model(i), _sglang_args(i), _format_note(i, online_fp8=True)
-    if not _under_load(i):
-        return [{"tool": "SGLang", "command":
-                 f"python -m sglang.bench_one_batch --model-path {model} --batch-size {i['batch']} "
-                 f"--input-len {i['prompt_tokens']} --output-len {i['output_tokens']}{args}", **note}]
-    return [{"tool": "SGLang server", "command": f"python -m sglang.launch_server --model-path {model}{args}", **note},
-            _bench_serving(i, "sglang", random_draw(i["lengths"]))]
+    model, args = _model(i), _sglang_args(i)
+    return _batch_or_run(i, "SGLang", f"python -m sglang.bench_one_batch --model-path {model} "
+                                      f"--batch-size {i['batch']} --input-len {i['prompt_tokens']} "
+                                      f"--output-len {i['output_tokens']}{args}",
+                         f"python -m sglang.launch_server --model-path {model}{args}",
+                         _bench_serving(i, "sglang", random_draw(i["lengths"])))
 
 
 def _trtllm_options(i: dict) -> dict | None:
