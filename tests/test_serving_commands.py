@@ -71,7 +71,7 @@ def test_tensorrt_llm_benches_a_burst_over_a_dataset_of_fixed_lengths():
     bench = command_flags(c["TensorRT-LLM"]["command"])
     assert bench["--dataset"] == "dataset.jsonl" and bench["--tp"] == "2" and "--concurrency" not in bench
     assert bench["--extra_llm_api_options"] == "llm-api-options.yml"
-    assert c["TensorRT-LLM"]["note"] == "weights in fp8: serve a checkpoint of Llama-3.1-70B already quantized to fp8"
+    assert c["TensorRT-LLM"]["note"] == "weights in fp8: use a checkpoint of Llama-3.1-70B already quantized to fp8"
 
 
 def test_tensorrt_llm_options_are_a_yaml_file_written_by_one_shell_line():
@@ -136,6 +136,6 @@ def test_what_the_commands_cannot_set_is_noted():
     assert "note" not in online and command_flags(online["command"])["--quantization"] == "fp8"
     ahead = _commands("mixtral-8x7b", "h200", n_gpus=8, engine="sglang", weight_format="nvfp4", kv_format="int8",
                       batch=4)["SGLang"]
-    assert ahead["note"] == ("weights in nvfp4: serve a checkpoint of Mixtral-8x7B already quantized to nvfp4; "
+    assert ahead["note"] == ("weights in nvfp4: use a checkpoint of Mixtral-8x7B already quantized to nvfp4; "
                              "KV cache in int8: not set here, the engine keeps its own unless its checkpoint gives one")
     assert "--quantization" not in command_flags(ahead["command"])

@@ -58,7 +58,7 @@ def _format_note(i: dict, online_fp8: bool) -> dict:
     notes = []
     weights = str(i["weight_format"])
     if weights.lower() not in ("f32", "f16", "bf16") and not (online_fp8 and _fp8_weights(i)):
-        notes.append(f"weights in {weights}: serve a checkpoint of {i['model']} already quantized to {weights}")
+        notes.append(f"weights in {weights}: use a checkpoint of {i['model']} already quantized to {weights}")
     if str(i["kv_format"]).lower() not in ("f16", "bf16") and not _fp8_cache(i):
         notes.append(f"KV cache in {i['kv_format']}: not set here, the engine keeps its own unless its checkpoint "
                      "gives one")
