@@ -53,8 +53,9 @@ def _fp8_cache(i: dict) -> bool:
 
 
 def _format_note(i: dict, online_fp8: bool) -> dict:
-    """What the commands cannot set: weights the engine loads from a checkpoint quantized ahead of time (all but
-    16-bit, and FP8 where the engine quantizes a 16-bit checkpoint itself), and a cache format it has no flag for."""
+    """What the commands cannot set: weights the engine loads only from a checkpoint quantized ahead of time (every
+    format but 16- and 32-bit ones, and FP8 too where ``online_fp8`` is False: the engine cannot quantize a 16-bit
+    checkpoint to FP8 itself), and a cache format it has no flag for."""
     notes = []
     weights = str(i["weight_format"])
     if weights.lower() not in ("f32", "f16", "bf16") and not (online_fp8 and _fp8_weights(i)):
