@@ -107,14 +107,15 @@ def parse_yaml(text: str, origin, error=None):
     return data
 
 
-def load_yaml_model(path, model, what: str, error=None):
-    """Read a YAML file into a pydantic ``model``; a missing file, bad YAML or bad field is ``error``."""
+def load_yaml_model(path, model, what: str, error=None, context: dict | None = None):
+    """Read a YAML file into a pydantic ``model`` (its validators see ``context``); a missing file, bad YAML or bad
+    field is ``error``."""
     from pydantic import ValidationError
 
     error = error or DatabaseError
     data = parse_yaml(read_text(path, what, error), path, error)
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as exc:
         raise error(f"{path}: not a valid {what}: {describe_validation_error(exc)}") from None
 

@@ -117,3 +117,21 @@ def test_the_report_estimates_under_the_plans_running_limit(db):
     planned = {row[0]: row for row in _sensitivity(s, result, db)}["as planned"]
     unlimited = _estimate(best, db, prompt_tokens=1024, output_tokens=256, concurrency=32)
     assert planned[1] == seconds(best["ttft_s"]) and best["ttft_s"] > 1.5 * unlimited.ttft_s
+
+
+def test_a_plan_files_lengths_file_is_read_beside_it(tmp_path, monkeypatch, capsys):
+    """As `predict` reads a lengths file beside its CSV, a plan reads one beside the plan file, from any folder."""
+    folder = tmp_path / "plans"
+    folder.mkdir()
+    (folder / "traffic.csv").write_text("prompt,output\n100,50\n900,300\n")
+    (folder / "plan.yaml").write_text(yaml.safe_dump({"models": ["llama-3.1-8b"], "workload": {
+        "lengths": "traffic.csv", "concurrency": 8}, "constraints": {"gpus": ["l40s"], "max_gpus": 1,
+                                                                     "formats": ["fp8"]}}))
+    monkeypatch.chdir(tmp_path)   # not the plan's folder
+    assert main(["plan", str(folder / "plan.yaml")]) == 0
+    assert "(mean 500->175 tokens)" in capsys.readouterr().out
+    (folder / "plan.yaml").write_text(yaml.safe_dump({"models": ["llama-3.1-8b"], "workload": {
+        "lengths": "elsewhere.csv", "concurrency": 8}}))
+    assert main(["plan", str(folder / "plan.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "workload.lengths = 'elsewhere.csv'" in err and len(err.strip().splitlines()) == 1

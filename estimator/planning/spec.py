@@ -15,9 +15,10 @@ The cost model is :mod:`estimator.planning.cost`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from estimator.errors import ConfigurationError, load_yaml_model
 from estimator.serving.lengths import length_mix
@@ -57,12 +58,18 @@ class Workload(_Spec):
 
     @field_validator("lengths")
     @classmethod
-    def _known_lengths(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                length_mix(value)
-            except ConfigurationError as exc:
-                raise ValueError(str(exc)) from None
+    def _known_lengths(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A preset, or a file of requests: beside the plan file that names it (as `predict` finds one beside its
+        CSV), else as given."""
+        if value is None:
+            return None
+        beside = Path((info.context or {}).get("folder", ".")) / value
+        if Path(value).suffix == ".csv" and not Path(value).is_absolute() and beside.is_file():
+            value = str(beside)
+        try:
+            length_mix(value)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     @model_validator(mode="after")
@@ -139,5 +146,5 @@ class PlanSpec(_Spec):
 
 
 def load_plan(path) -> PlanSpec:
-    """Read a plan YAML; an unknown or bad key is an error naming it."""
-    return load_yaml_model(path, PlanSpec, "plan", ConfigurationError)
+    """Read a plan YAML; an unknown or bad key is an error naming it. A lengths file is read beside the plan."""
+    return load_yaml_model(path, PlanSpec, "plan", ConfigurationError, context={"folder": Path(path).parent})
