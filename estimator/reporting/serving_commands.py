@@ -36,12 +36,14 @@ TRTLLM_DATASET = "dataset.jsonl"
 TRTLLM_OPTIONS = "llm-api-options.yml"
 
 
-def _q(text) -> str:
+def shell_word(text) -> str:
+    """``text`` as one shell word, quoted where it needs to be."""
     return shlex.quote(str(text))
 
 
-def _model(i: dict) -> str:
-    return _q(i["hf_id"] or i["model"])
+def model_arg(i: dict) -> str:
+    """The model as the tools load it: its Hugging Face id, else its name."""
+    return shell_word(i["hf_id"] or i["model"])
 
 
 def _fp8_weights(i: dict) -> bool:
@@ -92,7 +94,7 @@ def _bench_serving(i: dict, backend: str, draw: RandomDraw | None) -> dict:
                f"--random-input-len {i['prompt_tokens']} --random-output-len {i['output_tokens']} "
                "--random-range-ratio 1")
     return {"tool": "SGLang bench_serving", "command":
-            f"python -m sglang.bench_serving --backend {backend} --model {_model(i)} --dataset-name random "
+            f"python -m sglang.bench_serving --backend {backend} --model {model_arg(i)} --dataset-name random "
             f"{lengths}{_load_flags(i)}"}
 
 
@@ -101,7 +103,7 @@ def _client(i: dict, draw: RandomDraw | None) -> dict:
     if draw:
         return _bench_serving(i, "vllm", draw)
     return {"tool": "vLLM bench serve", "command":
-            f"vllm bench serve --model {_model(i)} --dataset-name random --random-input-len {i['prompt_tokens']} "
+            f"vllm bench serve --model {model_arg(i)} --dataset-name random --random-input-len {i['prompt_tokens']} "
             f"--random-output-len {i['output_tokens']}{_load_flags(i)} --ignore-eos"}
 
 
@@ -148,7 +150,7 @@ def _batch_or_run(i: dict, name: str, static: str, server: str, client: dict) ->
 
 
 def vllm(i: dict) -> list[dict]:
-    model, args = _model(i), _vllm_args(i)
+    model, args = model_arg(i), _vllm_args(i)
     return _batch_or_run(i, "vLLM", f"vllm bench latency --model {model} --input-len {i['prompt_tokens']} "
                                     f"--output-len {i['output_tokens']} --batch-size {i['batch']}{args}",
                          f"vllm serve {model}{args}", _client(i, random_draw(i["lengths"])))
@@ -166,7 +168,7 @@ def _sglang_args(i: dict) -> str:
 
 
 def sglang(i: dict) -> list[dict]:
-    model, args = _model(i), _sglang_args(i)
+    model, args = model_arg(i), _sglang_args(i)
     return _batch_or_run(i, "SGLang", f"python -m sglang.bench_one_batch --model-path {model} "
                                       f"--batch-size {i['batch']} --input-len {i['prompt_tokens']} "
                                       f"--output-len {i['output_tokens']}{args}",
@@ -186,7 +188,7 @@ def _trtllm_options(i: dict) -> dict | None:
     if not lines:
         return None
     text = "".join(line + "\\n" for line in lines)   # one shell line: printf writes each \\n as a line break
-    return {"tool": "TensorRT-LLM options", "command": f"printf {_q(text)} > {TRTLLM_OPTIONS}"}
+    return {"tool": "TensorRT-LLM options", "command": f"printf {shell_word(text)} > {TRTLLM_OPTIONS}"}
 
 
 def _trtllm_args(i: dict, flag, options: dict | None) -> str:
@@ -211,12 +213,13 @@ def _trtllm_dataset(i: dict, requests: int, draw: RandomDraw | None) -> dict:
         lengths = (f"token-norm-dist --num-requests {requests} --input-mean {i['prompt_tokens']} --input-stdev 0 "
                    f"--output-mean {i['output_tokens']} --output-stdev 0")
     return {"tool": "TensorRT-LLM dataset", "command":
-            f"python benchmarks/cpp/prepare_dataset.py --stdout --tokenizer {_model(i)} {lengths} > {TRTLLM_DATASET}",
+            f"python benchmarks/cpp/prepare_dataset.py --stdout --tokenizer {model_arg(i)} {lengths} "
+            f"> {TRTLLM_DATASET}",
             "note": "from a checkout of the TensorRT-LLM repository"}
 
 
 def tensorrt_llm(i: dict) -> list[dict]:
-    model, options, draw = _model(i), _trtllm_options(i), random_draw(i["lengths"])
+    model, options, draw = model_arg(i), _trtllm_options(i), random_draw(i["lengths"])
     # TensorRT-LLM takes FP8 weights from a checkpoint quantized ahead of time (NVIDIA's ModelOpt ones)
     checkpoint = _format_note(i, online_fp8=False)
     out = [options] if options else []

@@ -22,18 +22,13 @@ draw, which the serving commands replay.
 from __future__ import annotations
 
 import re
-import shlex
 
 from estimator.evaluation.api import Estimate
 from estimator.physics.offload import DEFAULT_UBATCH_TOKENS
-from estimator.reporting.serving_commands import SERVING_TOOLS
+from estimator.reporting.serving_commands import SERVING_TOOLS, model_arg, shell_word
 
 GPU_VENDORS = ("NVIDIA", "AMD")
 LLAMA_BENCH_BATCH = 2048   # llama-bench's default logical batch (-b)
-
-
-def _q(text) -> str:
-    return shlex.quote(str(text))
 
 
 def inputs_of(e: Estimate) -> dict:
@@ -66,7 +61,7 @@ def tool_for(i: dict) -> str | None:
 
 def llama_cpp(i: dict) -> list[dict]:
     ngl = 0 if i["device_class"] == "cpu" else (i["gpu_layers"] if i["gpu_layers"] is not None else 99)
-    model = _q(f"{i['model']}-{i['weight_format']}.gguf")
+    model = shell_word(f"{i['model']}-{i['weight_format']}.gguf")
     logical_batch = i["chunked_prefill"] or LLAMA_BENCH_BATCH
     # the physical micro-batch, when it is not llama.cpp's default
     micro = f" -ub {i['ubatch_tokens']}" if i["ubatch_tokens"] != DEFAULT_UBATCH_TOKENS else ""
@@ -89,13 +84,13 @@ def llama_cpp(i: dict) -> list[dict]:
 
 
 def mlx(i: dict) -> list[dict]:
-    model = _q(i["hf_id"] or i["model"])
+    model = model_arg(i)
     out = []
     bits = re.match(r"mlx-q(\d)", str(i["weight_format"]).lower())
     if bits:
         # mlx_lm.benchmark loads the checkpoint as stored: quantize a copy first (mlx_lm.convert's
         # default group size; the format's own group size is not in its resolved name)
-        path = _q(f"{i['model']}-{i['weight_format']}")
+        path = shell_word(f"{i['model']}-{i['weight_format']}")
         out.append({"tool": "mlx-lm convert", "command":
                     f"mlx_lm.convert --hf-path {model} --mlx-path {path} -q --q-bits {bits.group(1)}"})
         model = path
@@ -109,7 +104,7 @@ def roofline_local(i: dict) -> dict:
               i["device_class"] != "cpu" else "cpu")
     output = f" --output {i['output_tokens']}" if i["output_tokens"] >= 2 else ""
     return {"tool": "roofline", "command":
-            f"roofline validate --local --device {device} --model {_q(i['hf_id'] or i['model'])} "
+            f"roofline validate --local --device {device} --model {model_arg(i)} "
             f"--batch {i['concurrency'] or i['batch']} --prompt {i['prompt_tokens']}{output}"}
 
 

@@ -273,11 +273,17 @@ def preset_at_means(name: str, prompt_mean: float, output_mean: float) -> str:
     return f"{name}@{prompt_mean:g}/{output_mean:g}"
 
 
+def _preset_name(value: str) -> tuple[str, re.Match | None]:
+    """The preset a ``--lengths`` value names, and the match of its means where it gives them (``sharegpt@229/217``);
+    a file's path comes back as it is."""
+    scaled = SCALED_PRESET.match(value)
+    return (scaled["name"] if scaled else value), scaled
+
+
 def at_means(value: str, prompt_mean: float, output_mean: float) -> str | None:
     """The length mix ``value`` at other means: its preset, scaled (``sharegpt@458/217``); None for a file of
     requests, which are what they are."""
-    scaled = SCALED_PRESET.match(value)
-    name = scaled["name"] if scaled else value
+    name, _ = _preset_name(value)
     return preset_at_means(name, prompt_mean, output_mean) if _entry(name) is not None else None
 
 
@@ -295,9 +301,8 @@ def random_draw(value: str | None) -> RandomDraw | None:
     """The client settings that draw the mix ``value``: the ``random`` preset or ``random-rR``, as named (their set
     lengths) or at other means (``random@610/421``: set lengths in the ratio of those means to the preset's, which is
     how :func:`scaled_preset` scales the draw); None for any other mix, which no client draws."""
-    scaled = SCALED_PRESET.match(value or "")
-    name = scaled["name"] if scaled else value
-    at_ratio = RANDOM_AT_RATIO.match(name or "")
+    name, scaled = _preset_name(value or "")
+    at_ratio = RANDOM_AT_RATIO.match(name)
     if name != "random" and at_ratio is None:
         return None
     ratio, prompt, output = float(at_ratio["ratio"]) if at_ratio else 0.0, *(_entry(name)[k]["high"]
