@@ -202,3 +202,24 @@ def test_a_measurement_is_compared_only_under_its_own_layout():
     assert dep["settings"]["attention_dp"] and dep["ratio_to_prediction"] is not None
     assert tp["ratio_to_prediction"] is None
     assert "attention DP" in format_measured([dep])
+
+
+def test_a_single_clients_decode_is_compared_with_a_batch_of_one():
+    """InferenceX's one-client run of DeepSeek-R1 on 8 x B200 (SGLang 0.5.12, 921/921 tokens): its ITL is a batch-1
+    decode step, so a static batch-1 estimate and a one-client estimate both get its ratio; its TTFT carries the
+    server's front end and its throughput is a closed loop's, so neither compares with a static batch; a batch of
+    two is another load."""
+    kwargs = dict(n_gpus=8, engine="SGLang", weight_format="fp8", prompt_tokens=921, output_tokens=921)
+    run = "ix3363-b200-1k1k-tp8ep1-c1-5c7bfe"
+
+    def rows(**load):
+        e = estimate("deepseek-v3", "b200", **kwargs, **load)
+        return e, _by_id(measured_rows(e, limit=500))
+    static, found = rows(batch=1)
+    assert found[f"{run}-tpot"]["ratio_to_prediction"] == pytest.approx(7.18 / (static.results["itl_s"] * 1e3))
+    assert found[f"{run}-ttft"]["ratio_to_prediction"] is None
+    assert found[f"{run}-outgpu"]["ratio_to_prediction"] is None
+    one_client, found = rows(concurrency=1)
+    assert found[f"{run}-tpot"]["ratio_to_prediction"] == pytest.approx(7.18 / (one_client.results["itl_s"] * 1e3))
+    assert found[f"{run}-ttft"]["ratio_to_prediction"] is not None
+    assert rows(batch=2)[1][f"{run}-tpot"]["ratio_to_prediction"] is None

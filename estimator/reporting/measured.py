@@ -8,7 +8,7 @@ given only where the row measured the same thing as the estimate (like with like
 - the same weight format (by resolved format name), device count, ``gpu_layers``, attention
   (fused or not, where the row states it) and no cached context depth;
 - the same load: the same static batch (a llama-bench row is batch 1), or the same concurrency, or
-  the same request rate;
+  the same request rate; for a decode metric, one client in a closed loop is a batch of one;
 - the same lengths: prompt and output tokens both equal; for a llama-bench row, which measures one
   phase alone (ppN: N prompt tokens, no output; tgN: N generated tokens from an empty context),
   the length of that phase: ppN against the prompt, tgN against the output. A tgN row decodes from
@@ -98,9 +98,21 @@ def settings(row: dict) -> dict:
             "attention_dp": (row.get("attention_dp") or "").strip().lower() in ("1", "true", "yes")}
 
 
-def same_load(e: Estimate, s: dict) -> bool:
-    """The same static batch, concurrency or request rate as the estimate."""
+def _one_sequence(batch, concurrency, rate) -> bool:
+    """One request at a time: a single client in a closed loop, or a static batch of one."""
+    return not rate and (concurrency == 1 or (not concurrency and batch == 1))
+
+
+def same_load(e: Estimate, s: dict, metric: str | None = None) -> bool:
+    """The same static batch, concurrency or request rate as the estimate. For a decode metric a batch of one and a
+    single client in a closed loop are the same load: with no queue and no other prompt in its steps, the client's
+    gap between tokens is the batch-1 decode step (docs/formulas.md §9, "A single client's decode"). Its time to
+    the first token also carries the server's front end (tokenizing, HTTP), so prefill metrics keep to their own
+    load."""
     serving = e.serving
+    if metric in DECODE_METRICS and _one_sequence(e.batch, serving.concurrency, serving.rate) \
+            and _one_sequence(s["batch"], s["concurrency"], s["request_rate"]):
+        return True
     if serving.concurrency:
         return s["concurrency"] == serving.concurrency
     if serving.rate:
@@ -135,7 +147,7 @@ def _comparable(e: Estimate, row: dict, fmt: str | None, s: dict) -> bool:
             and s["attention_dp"] == e.layout.attention_dp
             and _int(row.get("gpu_layers")) == e.serving.gpu_layers
             and row.get("attention") in ("", None, e.serving.attention)
-            and same_load(e, s) and same_lengths(e, row, s))
+            and same_load(e, s, row["metric"]) and same_lengths(e, row, s))
 
 
 def measured_rows(e: Estimate, limit: int = LIMIT) -> list[dict]:
@@ -154,7 +166,8 @@ def measured_rows(e: Estimate, limit: int = LIMIT) -> list[dict]:
             "ratio_to_prediction": ratio if ratio is None or math.isfinite(ratio) else None,
             "predicted": prediction if ratio is not None else None, "settings": s,
             "_rank": (fmt != e.weight_format.name, (row.get("engine") or "").lower() != engine,
-                      not same_load(e, s), s["n_gpus"] != e.layout.devices, ratio is None, row["metric"], row["id"]),
+                      not same_load(e, s, row["metric"]), s["n_gpus"] != e.layout.devices, ratio is None,
+                      row["metric"], row["id"]),
         })
     found.sort(key=lambda r: r["_rank"])
     return [{k: v for k, v in r.items() if k != "_rank"} for r in found[:limit]]
