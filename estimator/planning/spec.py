@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from estimator.errors import ConfigurationError, load_yaml_model
-from estimator.serving.lengths import length_mix
+from estimator.serving.lengths import file_beside, length_mix
 
 DEFAULT_FORMATS = ("bf16", "fp8", "int4-awq", "nvfp4")
 FP4_FORMATS = ("nvfp4", "mxfp4", "mxfp4-experts")
@@ -63,9 +63,9 @@ class Workload(_Spec):
         CSV), else as given."""
         if value is None:
             return None
-        beside = Path((info.context or {}).get("folder", ".")) / value
-        if Path(value).suffix == ".csv" and not Path(value).is_absolute() and beside.is_file():
-            value = str(beside)
+        beside = file_beside(value, (info.context or {}).get("folder", "."))
+        if Path(beside).is_file():
+            value = beside
         try:
             length_mix(value)
         except ConfigurationError as exc:

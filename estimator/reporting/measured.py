@@ -143,11 +143,12 @@ def predicted(e: Estimate, metric: str) -> float | None:
 
 
 def _comparable(e: Estimate, row: dict, fmt: str | None, s: dict) -> bool:
+    """Everything but the load (:func:`same_load`) as the estimate's."""
     return (fmt == e.weight_format.name and s["n_gpus"] == e.layout.devices and s["context_depth"] == 0
             and s["attention_dp"] == e.layout.attention_dp
             and _int(row.get("gpu_layers")) == e.serving.gpu_layers
             and row.get("attention") in ("", None, e.serving.attention)
-            and same_load(e, s, row["metric"]) and same_lengths(e, row, s))
+            and same_lengths(e, row, s))
 
 
 def measured_rows(e: Estimate, limit: int = LIMIT) -> list[dict]:
@@ -155,8 +156,8 @@ def measured_rows(e: Estimate, limit: int = LIMIT) -> list[dict]:
     found, engine = [], split_engine_name(e.engine)[0].lower()
     for row, fmt in _index().get((e.model.name, e.hardware.name), []):
         value, s = _float(row["value"]), settings(row)
-        prediction = predicted(e, row["metric"])
-        ratio = (value / prediction if value is not None and prediction and _comparable(e, row, fmt, s)
+        prediction, load = predicted(e, row["metric"]), same_load(e, s, row["metric"])
+        ratio = (value / prediction if value is not None and prediction and load and _comparable(e, row, fmt, s)
                  else None)
         found.append({
             "metric": row["metric"], "value": value, "unit": row.get("unit") or "",
@@ -166,8 +167,7 @@ def measured_rows(e: Estimate, limit: int = LIMIT) -> list[dict]:
             "ratio_to_prediction": ratio if ratio is None or math.isfinite(ratio) else None,
             "predicted": prediction if ratio is not None else None, "settings": s,
             "_rank": (fmt != e.weight_format.name, (row.get("engine") or "").lower() != engine,
-                      not same_load(e, s, row["metric"]), s["n_gpus"] != e.layout.devices, ratio is None,
-                      row["metric"], row["id"]),
+                      not load, s["n_gpus"] != e.layout.devices, ratio is None, row["metric"], row["id"]),
         })
     found.sort(key=lambda r: r["_rank"])
     return [{k: v for k, v in r.items() if k != "_rank"} for r in found[:limit]]

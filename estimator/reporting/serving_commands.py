@@ -25,6 +25,7 @@ prepare_dataset.py's uniform draw for trtllm-bench; any other mix is measured at
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 
 from estimator.serving.lengths import RandomDraw, random_draw
 
@@ -140,20 +141,20 @@ def _vllm_args(i: dict) -> str:
     return args + _shared_flags(i, VLLM_FLAGS)
 
 
-def _batch_or_run(i: dict, name: str, static: str, server: str, client: dict) -> list[dict]:
-    """A static batch's one command, or a run's server and client; what the flags cannot set is noted on the
-    engine's own command (vLLM and SGLang quantize a 16-bit checkpoint to FP8 themselves)."""
+def _batch_or_run(i: dict, name: str, static: str, server: str, client: Callable[[], dict]) -> list[dict]:
+    """A static batch's one command, or a run's server and client (built only for a run); what the flags cannot set
+    is noted on the engine's own command (vLLM and SGLang quantize a 16-bit checkpoint to FP8 themselves)."""
     note = _format_note(i, online_fp8=True)
     if not _under_load(i):
         return [{"tool": name, "command": static, **note}]
-    return [{"tool": f"{name} server", "command": server, **note}, client]
+    return [{"tool": f"{name} server", "command": server, **note}, client()]
 
 
 def vllm(i: dict) -> list[dict]:
     model, args = model_arg(i), _vllm_args(i)
     return _batch_or_run(i, "vLLM", f"vllm bench latency --model {model} --input-len {i['prompt_tokens']} "
                                     f"--output-len {i['output_tokens']} --batch-size {i['batch']}{args}",
-                         f"vllm serve {model}{args}", _client(i, random_draw(i["lengths"])))
+                         f"vllm serve {model}{args}", lambda: _client(i, random_draw(i["lengths"])))
 
 
 def _sglang_args(i: dict) -> str:
@@ -173,7 +174,7 @@ def sglang(i: dict) -> list[dict]:
                                       f"--batch-size {i['batch']} --input-len {i['prompt_tokens']} "
                                       f"--output-len {i['output_tokens']}{args}",
                          f"python -m sglang.launch_server --model-path {model}{args}",
-                         _bench_serving(i, "sglang", random_draw(i["lengths"])))
+                         lambda: _bench_serving(i, "sglang", random_draw(i["lengths"])))
 
 
 def _trtllm_options(i: dict) -> dict | None:

@@ -142,6 +142,14 @@ def batch_that_fits(max_batch_at_mean, final_mean_tokens: float, final_spread_to
     return np.floor(np.where(b > 0, root ** 2, capacity / final_mean_tokens))
 
 
+def file_beside(value: str, folder) -> str:
+    """A lengths file as the file that names it (a ``predict`` CSV, a plan) means it: a relative ``.csv`` path from
+    that file's ``folder``; a preset or an absolute path as it is."""
+    if Path(value).suffix != ".csv" or Path(value).is_absolute():
+        return value
+    return str(Path(folder) / value)
+
+
 def read_lengths_file(path: str | Path) -> LengthMix:
     """A CSV with columns ``prompt,output`` (tokens per request, one request per row). An output may be 0: a
     request that ended before its first token, as a benchmark's per-request record keeps it."""

@@ -43,7 +43,7 @@ from estimator.errors import (
 from estimator.evaluation.api import resolve_model
 from estimator.evaluation.configurations import Configuration
 from estimator.evaluation.intervals import default_backend, measurement_band, measurement_regime, row_interval
-from estimator.serving.lengths import preset_at_means
+from estimator.serving.lengths import file_beside, preset_at_means
 from estimator.serving.workload import Layout, ServingOptions, check_layout, scale_up_domain
 from estimator.specs.database import Database, load_database
 from estimator.specs.formats import format_family, kv_format, weight_format
@@ -195,7 +195,7 @@ def serving_from_row(row: dict) -> ServingOptions:
                    cpu_moe=_int(row, "cpu_moe", 0))
     lengths = _cell(row, "lengths")
     if lengths.endswith(".csv"):   # the run's own requests, relative to the folder of the CSV that holds the row
-        options["lengths"] = str(Path(row.get("folder") or ".") / lengths)
+        options["lengths"] = file_beside(lengths, row.get("folder") or ".")
         if not Path(options["lengths"]).is_file():
             raise ConfigurationError(f"column 'lengths': no file {lengths!r} beside the CSV that holds the row "
                                      "(a CSV of prompt,output per request, or a length preset)")
