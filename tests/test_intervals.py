@@ -247,6 +247,40 @@ def test_latencies_under_a_load_or_sent_at_once_take_the_serving_band():
     assert "TTFT (with queueing)" in text and text.count("(80%: ") >= 5
 
 
+def test_a_single_clients_decode_takes_the_batch_one_band(db):
+    """One client's ITL and decode speed are a batch of one's (band_regime): an estimate at concurrency 1 and a
+    measured row of one client both read the decode_b1 cells, widened by their own factor; their first token,
+    which carries the server's front end, and any load of more than one client keep the serving band."""
+    from estimator.evaluation.intervals import _shipped, shipped_band
+    from estimator.validation.predict import predict_rows
+    stored = _shipped()
+    cell = {"moe": True, "family": "fp8", "engine": "SGLang", "group": "datacenter", "backend": "cuda"}
+    b1_low, b1_high = shipped_band(stored, "decode_one_client", **cell)
+    serving_low, serving_high = shipped_band(stored, "serving", **cell)
+    static_low, static_high = shipped_band(stored, "decode_b1", **cell)
+    assert len({(b1_low, b1_high), (serving_low, serving_high), (static_low, static_high)}) == 3
+    # the batch-1 cells, widened by the factor chosen on single clients' runs
+    q = shrunk_quantiles(stored["cells"], cell_path("decode_b1", True, "SGLang", "datacenter", "cuda", "fp8"),
+                         stored["prior_sources"])
+    assert band(q, stored["widening_by_phase"]["decode_one_client"]) == (b1_low, b1_high)
+    kw = {"engine": "sglang", "calibration": "none", "weight_format": "fp8", "n_gpus": 8}
+    one = estimate("deepseek-v3", "b200", concurrency=1, **kw).results
+    assert math.isclose(one["itl_s_high"], one["itl_s"] / b1_low, rel_tol=1e-9)
+    assert math.isclose(one["decode_tps_per_seq_low"], one["decode_tps_per_seq"] * b1_low, rel_tol=1e-9)
+    assert math.isclose(one["ttft_s_high"], one["ttft_s"] / serving_low, rel_tol=1e-9)
+    assert one["interval_basis"].count("decode_one_client (decode_b1 cells):") == 1
+    assert one["interval_basis"].count("serving:") == 1
+    two = estimate("deepseek-v3", "b200", concurrency=2, **kw).results
+    assert math.isclose(two["itl_s_high"], two["itl_s"] / serving_low, rel_tol=1e-9)
+    row = {"id": "c1", "hardware": "NVIDIA B200", "n_gpus": "8", "model": "deepseek-ai/DeepSeek-V3", "engine": "SGLang",
+           "weight_format": "fp8", "concurrency": "1", "input_len": "1024", "output_len": "1024"}
+    itl, ttft, loaded = predict_rows([{**row, "metric": "itl_ms"}, {**row, "id": "t", "metric": "ttft_ms"},
+                                      {**row, "id": "c2", "metric": "itl_ms", "concurrency": "2"}], db)
+    assert math.isclose(float(itl["predicted_high"]), float(itl["predicted"]) / b1_low, rel_tol=1e-5)
+    assert math.isclose(float(ttft["predicted_high"]), float(ttft["predicted"]) / serving_low, rel_tol=1e-5)
+    assert math.isclose(float(loaded["predicted_high"]), float(loaded["predicted"]) / serving_low, rel_tol=1e-5)
+
+
 def test_an_offline_batch_keeps_the_decode_and_prefill_bands():
     e = estimate("llama-3.1-8b", "h100", engine="vllm", calibration="none", batch=8).results
     assert e["interval_basis"].count("decode_batched:") == 1 and "prefill:" in e["interval_basis"]

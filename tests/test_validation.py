@@ -198,6 +198,21 @@ def test_intervals_cover_about_80_percent_out_of_source_per_phase(validation):
         assert quality["median_width"] <= WIDTH_GUARD[phase], phase
 
 
+def test_a_single_clients_decode_is_banded_with_batch_one_and_reported_as_serving(validation):
+    """One client's ITL rows share the batch-1 decode cells (band_regime), with a widening of their own, yet stay
+    serving rows: out of the fit, out of the decode headline, in the serving phase's coverage; the same client's
+    TTFT keeps the serving cells."""
+    labels, rows = validation.labels(), validation.problem.rows
+    one = np.array([not r.get("request_rate") and r.get("concurrency") == "1" for r in rows])
+    itl, ttft = one & (labels["metric"] == "itl_ms"), one & (labels["metric"] == "ttft_ms")
+    assert itl.sum() >= 30 and ttft.sum() >= 30
+    assert set(labels["phase"][itl | ttft]) == {"serving"} and validation.problem.judged_only[itl].all()
+    assert set(labels["band regime"][itl]) == {"decode_one_client"} and set(labels["band regime"][ttft]) == {"serving"}
+    r = validation.residuals()
+    assert {r.paths[i][0] for i in np.flatnonzero(itl)} == {("decode_b1",)}
+    assert set(r.phases[itl]) == {"decode_one_client"}
+
+
 def test_widening_is_chosen_without_the_judged_source(validation):
     """Tampering with one source's residuals never moves that source's own band."""
     from estimator.validation.interval_calibration import held_out_bands

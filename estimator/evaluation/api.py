@@ -365,7 +365,8 @@ def estimate(model: str | ModelSpec, gpu: str | Hardware, *, n_gpus: int | None 
                   [layout], serving=serving, detail=True, db=db, engine=profile_engine, physical_limit=True).row(0)
     results.update(interval_columns(results, limit, spec.shape.moe, format_family(row["weight_format"]),
                                     profile_engine.name, device.vendor, device.device_class.value, batch,
-                                    serving.under_load, profile is not None, serving.all_at_once))
+                                    serving.under_load, profile is not None, serving.all_at_once,
+                                    serving.single_client))
     return Estimate(
         model=spec, hardware=device, weight_format=resolve_weight_format(weight_format),
         kv_format=resolve_kv_format(kv_format), layout=layout, batch=batch, prompt_tokens=prompt_tokens,

@@ -23,19 +23,25 @@ from estimator.efficiency.defaults import GROUP_OF_CLASS
 from estimator.efficiency.engine_profiles import load_intervals
 
 REGIMES = ("decode_b1", "decode_batched", "prefill", "throughput", "serving")
-# The widening is chosen per phase (a regime's parent), so each phase's coverage reaches 80%.
+# The widening is chosen per phase (a regime's parent), so each phase's coverage reaches 80%. A single client's
+# decode (band_regime) reads the batch-1 cells but takes a widening of its own: its runs, served by engines the
+# fit leaves them out of, spread wider than static batches of one (docs/formulas.md §9).
 PHASE_OF_REGIME = {"decode_b1": "decode", "decode_batched": "decode", "prefill": "prefill",
-                   "throughput": "throughput", "serving": "serving"}
+                   "throughput": "throughput", "serving": "serving", "decode_one_client": "decode_one_client"}
+CELLS_OF_REGIME = {"decode_one_client": "decode_b1"}
 # Regimes whose interval cells part by weight-format family (see cell_path).
-FORMAT_REGIMES = ("decode_b1", "decode_batched", "prefill")
+FORMAT_REGIMES = ("decode_b1", "decode_batched", "prefill", "decode_one_client")
 # Speeds (and the times that are their inverses) an estimate carries intervals for, by regime.
 DECODE = (("decode_tps_per_seq", "decode_tps_total", "throughput_out_tps"), ("itl_s", "tpot_inclusive_s",
                                                                               "e2e_latency_s"))
 PREFILL = (("prefill_tps",), ("ttft_s",))
+# The columns of a single client's decode (:func:`band_regime`): per-token figures, without its first token.
+SINGLE_CLIENT_DECODE = (("decode_tps_per_seq", "decode_tps_total"), ("itl_s",))
 THROUGHPUT_COLUMNS = ("throughput_out_tps",)   # the run's output tokens/s: max-throughput in an all-at-once run
 BACKEND_OF_VENDOR = {"NVIDIA": "cuda", "AMD": "rocm", "Apple": "metal", "Intel": "sycl"}
 # Measured metrics by regime (the names of measurements_db/SCHEMA.md).
 PREFILL_METRICS = ("prefill_tps", "ttft_ms")
+DECODE_METRICS = ("decode_tps_per_seq", "decode_tps_total", "itl_ms")
 THROUGHPUT_METRICS = ("throughput_out_tps", "throughput_out_tps_per_gpu")
 TIME_METRICS = ("ttft_ms", "itl_ms", "e2e_latency_s")
 
@@ -53,6 +59,17 @@ def measurement_regime(metric: str, batch: int, offline: bool, under_load: bool)
     if metric in THROUGHPUT_METRICS:
         return "throughput"
     return "decode_b1" if batch <= 1 and not offline else "decode_batched"
+
+
+def band_regime(metric: str, regime: str, single_client: bool) -> str:
+    """The regime that gives a measured metric its band: its own, except that a single client's decode (ITL,
+    decode tokens/s) is ``decode_one_client``, which reads the batch-1 decode cells. With no request queued and no
+    other prompt in its steps, one client's gap between tokens is the batch-1 decode step (docs/formulas.md §9,
+    "A single client's decode"), so the runs of either kind judge the other; the client's time to the first token
+    also carries the server's front end and stays a serving figure. Fitting still leaves every serving row out
+    (the rows of MoE models under vLLM and SGLang run up to 4x slower than any fitted parameter explains, §9):
+    their residuals widen the batch-1 bands instead."""
+    return "decode_one_client" if single_client and regime == "serving" and metric in DECODE_METRICS else regime
 
 
 def measurement_band(metric: str, regime: str, moe: bool, family: str, engine: str, vendor: str, device_class: str,
@@ -110,6 +127,7 @@ def cell_path(regime: str, moe: bool, engine: str, group: str, backend: str, fam
     2.32x (prefill) at 78% and 81% coverage. In max-throughput it widened the band from 1.74x to 2.24x (its
     FP4 rows differ more between publishers than all formats do pooled), so there the family is no level."""
     kind = model_type(moe)
+    regime = CELLS_OF_REGIME.get(regime, regime)
     top = [(regime,), (regime, kind), (regime, kind, engine), (regime, kind, engine, group)]
     if regime in FORMAT_REGIMES:
         return [*top, (regime, kind, engine, group, family), (regime, kind, engine, group, family, backend)]
@@ -153,12 +171,19 @@ def band(q, widening: float) -> tuple[float, float]:
     return float(np.exp(mid + widening * (low - mid))), float(np.exp(mid + widening * (high - mid)))
 
 
-def estimate_regimes(batch: float, under_load: bool, all_at_once: bool = False) -> list[tuple[str, tuple, tuple]]:
+def estimate_regimes(batch: float, under_load: bool, all_at_once: bool = False,
+                     single_client: bool = False) -> list[tuple[str, tuple, tuple]]:
     """Which regime's band each interval column of an estimate takes: (regime, speeds, times) triples.
 
-    The columns are judged as validation judges a measurement of them (:func:`measurement_regime`): under a
-    load everything is a serving figure; in a run that sends every request at once the latencies are the
-    queue's (serving) and the run's output throughput is a max-throughput figure."""
+    The columns are judged as validation judges a measurement of them (:func:`measurement_regime`,
+    :func:`band_regime`): under a load everything is a serving figure but a single client's decode, which is a
+    batch of one; in a run that sends every request at once the latencies are the queue's (serving) and the
+    run's output throughput is a max-throughput figure."""
+    if under_load and single_client:
+        speeds, times = SINGLE_CLIENT_DECODE
+        return [("decode_one_client", speeds, times),
+                ("serving", tuple(k for k in DECODE[0] + PREFILL[0] if k not in speeds),
+                 tuple(k for k in DECODE[1] + PREFILL[1] if k not in times))]
     if under_load:
         return [("serving", DECODE[0] + PREFILL[0], DECODE[1] + PREFILL[1])]
     if all_at_once:
@@ -180,7 +205,7 @@ def serving_low_ratio(moe: bool, engine: str, vendor: str, device_class: str) ->
 
 def interval_columns(results: dict, limit: dict, moe: bool, family: str, engine: str, vendor: str,
                      device_class: str, batch: float, under_load: bool, calibrated: bool,
-                     all_at_once: bool = False) -> dict:
+                     all_at_once: bool = False, single_client: bool = False) -> dict:
     """Low/high speeds and times for one estimate's results, capped by ``limit`` (the physical roofline); the
     bands of :func:`estimate_regimes`."""
     stored = _shipped()
@@ -189,11 +214,12 @@ def interval_columns(results: dict, limit: dict, moe: bool, family: str, engine:
     group = GROUP_OF_CLASS[device_class]
     backend = default_backend(vendor, device_class)
     out, bases = {}, []
-    for regime, speeds, times in estimate_regimes(batch, under_load, all_at_once):
+    for regime, speeds, times in estimate_regimes(batch, under_load, all_at_once, single_client):
         found = shipped_band(stored, regime, moe, family, engine, group, backend)
         formats = f"{family} weights, " if regime in FORMAT_REGIMES else ""
-        bases.append(f"{regime}: no held-out rows, no interval" if found is None else
-                     f"{regime}: {model_type(moe)} models, {formats}{engine} on {group} ({backend or 'any backend'}), "
+        name = f"{regime} ({CELLS_OF_REGIME[regime]} cells)" if regime in CELLS_OF_REGIME else regime
+        bases.append(f"{name}: no held-out rows, no interval" if found is None else
+                     f"{name}: {model_type(moe)} models, {formats}{engine} on {group} ({backend or 'any backend'}), "
                      f"shrunk towards its parents, widened {widening_for(stored, regime):g}x")
         if found is None:
             continue

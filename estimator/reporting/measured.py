@@ -28,14 +28,13 @@ from functools import lru_cache
 from estimator.efficiency.engine_profiles import split_engine_name
 from estimator.errors import RooflineError
 from estimator.evaluation.api import Estimate
+from estimator.evaluation.intervals import DECODE_METRICS, PREFILL_METRICS
 from estimator.specs.database import load_database
 from estimator.specs.formats import weight_format
 from estimator.validation.dataset import load_dataset
 from estimator.validation.metrics import METRICS
 
 LIMIT = 10
-PREFILL_METRICS = ("prefill_tps", "ttft_ms")
-DECODE_METRICS = ("decode_tps_per_seq", "decode_tps_total", "itl_ms")
 
 
 def _int(text) -> int | None:

@@ -231,6 +231,11 @@ class ServingOptions(BaseModel):
         return bool(self.num_requests) and not self.under_load
 
     @property
+    def single_client(self) -> bool:
+        """One client in a closed loop: no request waits and no other prompt rides in its steps."""
+        return self.concurrency == 1 and not self.rate
+
+    @property
     def engine_sets_batch(self) -> bool:
         """The engine's scheduler picks the running batch (under a load, or all at once), so its cap applies."""
         return self.under_load or self.all_at_once

@@ -42,7 +42,13 @@ from estimator.errors import (
 )
 from estimator.evaluation.api import resolve_model
 from estimator.evaluation.configurations import Configuration
-from estimator.evaluation.intervals import default_backend, measurement_band, measurement_regime, row_interval
+from estimator.evaluation.intervals import (
+    band_regime,
+    default_backend,
+    measurement_band,
+    measurement_regime,
+    row_interval,
+)
 from estimator.serving.lengths import file_beside, preset_at_means
 from estimator.serving.workload import Layout, ServingOptions, check_layout, scale_up_domain
 from estimator.specs.database import Database, load_database
@@ -330,7 +336,9 @@ def _fill(result: dict, r: dict, limit: dict, resolved: Resolved, j: int, row: d
     if config.calibration is not None:   # the profile that set the device's rates; says so if another device's
         note = calibration_note(config.calibration, config.hardware)
         result["reason"] = "; ".join(filter(None, (result["reason"], note)))
-    regime = measurement_regime(metric, config.batch, resolved.saturate[j], resolved.serving[j].under_load)
+    serving = resolved.serving[j]
+    regime = band_regime(metric, measurement_regime(metric, config.batch, resolved.saturate[j], serving.under_load),
+                         serving.single_client)
     found = measurement_band(metric, regime, config.model.shape.moe, format_family(config.weight_format.name),
                              resolved.engines[j], config.hardware.vendor, config.hardware.device_class.value,
                              _cell(row, "backend"))

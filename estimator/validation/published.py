@@ -23,6 +23,7 @@ from estimator.evaluation.intervals import (
     PREFILL_METRICS,
     THROUGHPUT_METRICS,
     TIME_METRICS,
+    band_regime,
     cell_path,
     default_backend,
     measurement_regime,
@@ -86,12 +87,15 @@ class Validation:
         r = self.problem.resolved
         regimes = [measurement_regime(m, c.batch, sat, s.under_load)
                    for m, c, sat, s in zip(r.metrics, r.configs, r.saturate, r.serving)]
+        band_regimes = [band_regime(m, g, s.single_client) for m, g, s in zip(r.metrics, regimes, r.serving)]
         backends = [row.get("backend") or default_backend(c.hardware.vendor, c.hardware.device_class.value)
                     for row, c in zip(self.problem.rows, r.configs)]
         return {
             "metric": np.array(r.metrics),
             "regime": np.array(regimes),
             "phase": np.array([PHASE_OF_REGIME[g] for g in regimes]),
+            # the cells that give the row its band, and the phase whose widening it takes (band_regime)
+            "band regime": np.array(band_regimes),
             "engine": self.problem.engines,
             "backend": np.array([b or "unstated" for b in backends]),
             "device group": np.array([GROUP_OF_CLASS[c.hardware.device_class.value] for c in r.configs]),
@@ -106,11 +110,12 @@ class Validation:
     def residuals(self) -> Residuals:
         labels = self.labels()
         limit_ratio = self.problem.limit / self.predicted
+        regimes = labels["band regime"]
         paths = [cell_path(g, t == "MoE", e, d, b, f) for g, t, e, d, b, f in
-                 zip(labels["regime"], labels["model type"], labels["engine"], labels["device group"],
+                 zip(regimes, labels["model type"], labels["engine"], labels["device group"],
                      labels["backend"], labels["format family"])]
         return Residuals(np.log(self.speed_ratio), np.log(np.where(self._times, 1 / limit_ratio, limit_ratio)),
-                         paths, labels["phase"], self.problem.sources)
+                         paths, np.array([PHASE_OF_REGIME[g] for g in regimes]), self.problem.sources)
 
     @cached_property
     def bands(self) -> HeldOutBands:
