@@ -175,3 +175,26 @@ def test_report_contains_the_percentile_plot(tmp_path, plans, db):
     assert all(math.isfinite(v) for values in data["series"].values() for v in values)
     planned = next(row for row in context["sensitivity"] if row[0] == "as planned")
     assert planned[-1] == "yes"   # the report judges the recommendation as the plan did
+
+
+def test_a_single_clients_speed_is_judged_at_the_batch_one_band(db):
+    """At the interval's pessimistic end a plan judges TTFT at the serving band, and one client's per-user speed at
+    the band its decode takes (intervals.band_regime): a batch of one's cells, not the serving band of any load."""
+    from estimator.evaluation.intervals import pessimistic_ratios
+    from estimator.specs.formats import format_family
+    one = {"prompt": 1024, "output": 256, "concurrency": 1}
+    means = plan(spec(workload=one), db)
+    pessimistic = plan(spec(workload=one, targets={**TARGETS, "percentile": "p90"}), db)
+    checked = 0
+    for c in pessimistic.configurations:
+        match = next((o for o in means.configurations if _key(o) == _key(c)), None)
+        if match is None:
+            continue
+        hw = db.hardware.get(c["hardware"])
+        args = (False, format_family(c["format"]), pessimistic.spec.engine, hw.vendor, hw.device_class.value)
+        ttft_low, speed_low = pessimistic_ratios(*args, True)
+        assert speed_low != pessimistic_ratios(*args, False)[1]
+        assert math.isclose(c["decode_tps_per_seq"], match["decode_tps_per_seq"] * speed_low, rel_tol=1e-9)
+        assert math.isclose(c["ttft_s"], match["ttft_s"] / ttft_low, rel_tol=1e-9)
+        checked += 1
+    assert checked

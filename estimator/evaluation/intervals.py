@@ -193,14 +193,19 @@ def estimate_regimes(batch: float, under_load: bool, all_at_once: bool = False,
     return [("decode_b1" if batch <= 1 else "decode_batched", *DECODE), ("prefill", *PREFILL)]
 
 
-def serving_low_ratio(moe: bool, engine: str, vendor: str, device_class: str) -> float | None:
-    """The pessimistic end (measured / predicted) of the serving interval, which every latency under a load
-    falls in (decode and prefill alike); None where none. Serving cells have no format level
-    (:data:`FORMAT_REGIMES`), so no format is asked."""
+def pessimistic_ratios(moe: bool, family: str, engine: str, vendor: str, device_class: str,
+                       single_client: bool) -> tuple[float, float]:
+    """The pessimistic ends (measured / predicted speed; 1 where there is no band) of the intervals a TTFT and a
+    per-user speed under a load fall in: the serving band, but for a single client's speed, which is a batch of
+    one's (:func:`band_regime`)."""
     stored = _shipped()
-    found = stored and shipped_band(stored, "serving", moe, "", engine, GROUP_OF_CLASS[device_class],
-                                    default_backend(vendor, device_class))
-    return found[0] if found else None
+
+    def low(regime: str) -> float:
+        found = stored and shipped_band(stored, regime, moe, family, engine, GROUP_OF_CLASS[device_class],
+                                        default_backend(vendor, device_class))
+        return found[0] if found else 1.0
+
+    return low("serving"), low(band_regime("decode_tps_per_seq", "serving", single_client))
 
 
 def interval_columns(results: dict, limit: dict, moe: bool, family: str, engine: str, vendor: str,

@@ -8,12 +8,12 @@ import numpy as np
 
 from estimator.errors import ConfigurationError
 from estimator.evaluation.api import sweep
-from estimator.evaluation.intervals import serving_low_ratio
+from estimator.evaluation.intervals import pessimistic_ratios
 from estimator.planning.cost import HOURS_PER_YEAR, hourly_cost, purchase_price
 from estimator.planning.spec import DEFAULT_FORMATS, FP4_FORMATS, PlanSpec
 from estimator.serving.workload import Layout, ServingOptions, check_layout, tp_copies_kv, with_attention_dp
 from estimator.specs.database import Database, load_database
-from estimator.specs.formats import weight_format
+from estimator.specs.formats import format_family, weight_format
 from estimator.specs.hardware import DeviceClass, Hardware
 
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12
@@ -111,22 +111,26 @@ def judged_latencies(row: dict, latency_percentile: str | None) -> tuple[float, 
     return float(row.get(f"ttft_{latency_percentile}_s", np.nan)), 1.0 / itl if itl > 0 else np.nan
 
 
-def targeted_latencies(spec: PlanSpec, moe: bool, hw: Hardware, row: dict) -> tuple[float, float]:
-    """The TTFT and tokens/s per user the plan's targets judge in one results row on ``hw``.
+def targeted_latencies(spec: PlanSpec, moe: bool, hw: Hardware, fmt: str, single_client: bool,
+                       row: dict) -> tuple[float, float]:
+    """The TTFT and tokens/s per user the plan's targets judge in one results row of format ``fmt`` on ``hw``.
 
     The means or the plan's latency percentile (:func:`judged_latencies`), at the end of the 80% interval
     the plan asks for (docs/formulas.md §14, "Targets at a percentile"). The report judges with it too.
     """
-    return _percentile_adjusted(spec, moe, hw, *judged_latencies(row, spec.targets.latency_percentile))
+    return _percentile_adjusted(spec, moe, hw, fmt, single_client,
+                                *judged_latencies(row, spec.targets.latency_percentile))
 
 
-def _percentile_adjusted(spec: PlanSpec, moe: bool, hw: Hardware, ttft: float, tps: float):
+def _percentile_adjusted(spec: PlanSpec, moe: bool, hw: Hardware, fmt: str, single_client: bool, ttft: float,
+                         tps: float):
     """At p90, judge the pessimistic end of the estimate's 80% interval (of a mean or a latency percentile): the
-    plan's loads put every latency in the serving band."""
+    plan's loads put every latency in the serving band but a single client's per-user speed, a batch of one's."""
     if spec.targets.percentile != "p90":
         return ttft, tps
-    low = serving_low_ratio(moe, spec.engine, hw.vendor, hw.device_class.value) or 1.0
-    return ttft / low, tps * low
+    ttft_low, speed_low = pessimistic_ratios(moe, format_family(fmt), spec.engine, hw.vendor, hw.device_class.value,
+                                             single_client)
+    return ttft / ttft_low, tps * speed_low
 
 
 def _results_for_candidates(spec: PlanSpec, model, devices, formats, layouts, db) -> list[dict]:
@@ -196,11 +200,13 @@ def _judge(spec: PlanSpec, model, variants: tuple[dict, ...], db, prices) -> dic
     shares = shares / shares.sum()
     fits = all(v["fits"] for v in variants)
     saturated = any(v.get("saturated") for v in variants)
-    adjusted = [_percentile_adjusted(spec, model.shape.moe, hw, v["ttft_s"], v["decode_tps_per_seq"]) for v in variants]
+    fmt, single_client = first["weight_format"], ServingOptions(**spec.workload.serving).single_client
+    adjusted = [_percentile_adjusted(spec, model.shape.moe, hw, fmt, single_client, v["ttft_s"],
+                                     v["decode_tps_per_seq"]) for v in variants]
     ttft = max(a[0] for a in adjusted)
     tps = min(a[1] for a in adjusted)
     level = spec.targets.latency_percentile   # targets on the worst request type's percentile, else the means
-    judged = [targeted_latencies(spec, model.shape.moe, hw, v) for v in variants]
+    judged = [targeted_latencies(spec, model.shape.moe, hw, fmt, single_client, v) for v in variants]
     judged_ttft, judged_tps = float(np.max([a[0] for a in judged])), float(np.min([a[1] for a in judged]))
     throughput = float(np.dot(shares, [v["throughput_out_tps"] for v in variants]))
     cost_per_million = hourly / (throughput * 3600) * 1e6 if throughput > 0 and np.isfinite(throughput) else np.inf

@@ -236,7 +236,8 @@ def _sensitivity(spec: PlanSpec, result: PlanResult, db: Database) -> list[tuple
         if not e.runnable:
             rows.append((label, "-", "-", "-", "no: " + ("; ".join(e.warnings) or "does not fit")))
             continue
-        ttft, tps = targeted_latencies(spec, e.model.shape.moe, e.hardware, e.results)   # judged as the plan judges
+        ttft, tps = targeted_latencies(spec, e.model.shape.moe, e.hardware, e.weight_format.name,   # as the plan
+                                       e.serving.single_client, e.results)
         ok = not missed_targets(spec, ttft, tps)[0]
         rows.append((label, seconds(ttft), rate(tps),
                      f"{hourly / (e.throughput_out_tps * 3600) * 1e6:.3f}", "yes" if ok else "no"))
