@@ -22,12 +22,12 @@ import numpy as np
 from estimator.efficiency.defaults import GROUP_OF_CLASS
 from estimator.efficiency.engine_profiles import load_intervals
 
-REGIMES = ("decode_b1", "decode_batched", "prefill", "throughput", "serving")
 # The widening is chosen per phase (a regime's parent), so each phase's coverage reaches 80%. A single client's
-# decode (band_regime) reads the batch-1 cells but takes a widening of its own: its runs, served by engines the
-# fit leaves them out of, spread wider than static batches of one (docs/formulas.md §9).
+# decode (band_regime) takes a widening of its own: its runs, judged but never fitted, spread wider than static
+# batches of one (docs/formulas.md §9).
 PHASE_OF_REGIME = {"decode_b1": "decode", "decode_batched": "decode", "prefill": "prefill",
                    "throughput": "throughput", "serving": "serving", "decode_one_client": "decode_one_client"}
+# A regime that reads another's cells: a single client's decode shares the batch-1 decodes'.
 CELLS_OF_REGIME = {"decode_one_client": "decode_b1"}
 # Regimes whose interval cells part by weight-format family (see cell_path).
 FORMAT_REGIMES = ("decode_b1", "decode_batched", "prefill", "decode_one_client")
