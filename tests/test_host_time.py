@@ -121,9 +121,9 @@ def test_the_launch_floor_bounds_a_short_prompt_and_hides_under_a_long_one():
 def test_tensorrt_llms_pytorch_backend_pays_the_launches_where_its_built_engines_do_not(db):
     """TensorRT-LLM issue #5929 (0.21.0rc2, trtllm-serve on the PyTorch backend, DeepSeek-R1 fp8 on 8 x H200, one
     client, 1,600-token prompts) measured a median TTFT of 165 ms with the experts split by tensor parallelism. Read
-    as a built engine (the 0.21 release's default) the estimate gave 42.5 ms, 3.9x short; stated as the PyTorch
-    backend (the runtime column) the pass pays its 3 dense and 58 MoE layers of launches, 82.6 ms, and comes within
-    2.2x. With 4 and 8 expert-parallel ranks the devices' own time (82-90 ms against 124-134 measured) already
+    as a built engine (the 0.21 release's default) the estimate gives the prompt's pass alone, 61.4 ms, 2.7x short;
+    stated as the PyTorch backend (the runtime column) the pass pays its 3 dense and 58 MoE layers of launches,
+    82.6 ms, and comes within 2.2x. With 4 and 8 expert-parallel ranks the devices' own time (82-90 ms against 124-134 measured) already
     covers the launches, so the runtime changes nothing there. The v0.9.0 tables (built engines) measured 5.9 ms for
     Mistral-7B's 128-token prompt on an H200: 32 layers of Python launches (14.7 ms) would be 2.5x that."""
     ids = {f"trti5929-h200-dsr1-fp8-tp8-ep{ep}-c1-1600-600-ttft" for ep in (1, 4, 8)}
@@ -133,7 +133,7 @@ def test_tensorrt_llms_pytorch_backend_pays_the_launches_where_its_built_engines
     as_built = [float(p["predicted"]) for p in predict_rows([{**r, "runtime": "tensorrt"} for r in rows], db)]
     measured = [float(r["value"]) for r in rows]
     tp_experts = 0   # ep1 sorts first
-    assert measured[tp_experts] / as_built[tp_experts] > 3.5
+    assert measured[tp_experts] / as_built[tp_experts] > 2.5
     assert measured[tp_experts] / launched[tp_experts] < 2.5 and launched[tp_experts] > 0.85 * 82.6
     for ep in (1, 2):
         assert launched[ep] == pytest.approx(as_built[ep], rel=1e-6) and 1 < measured[ep] / launched[ep] < 2

@@ -126,8 +126,11 @@ def steady_state(itl_at: Callable, prefill_s, prompt_tokens, output_tokens, conc
         X = np.where(closed, DAMPING * X + (1 - DAMPING) * X_closed, rate)
         N = DAMPING * N + (1 - DAMPING) * np.where(np.isfinite(t_step), X * steps * t_step, 1e9)
     service = _service(prefill_s, prompt_tokens, chunk_free, t_mix)
-    if mixed is not None:   # a prompt's first token comes with the step that carries it
-        service = np.where(mixing, mixed.step_with(itl, prompt_tokens, N) + launch_excess_s, service)
+    if mixed is not None:   # a prompt's first token comes with the step that carries it, which does all the
+        # prompt's own work: never sooner than the prompt alone (t_tok, a full step's share, leaves out the fixed
+        # costs and weights the step pays for one prompt: for a MoE model, the experts it touches beyond the decode's)
+        service = np.where(mixing, np.maximum(mixed.step_with(itl, prompt_tokens, N) + launch_excess_s, prefill_s),
+                           service)
     slot_wait = np.where(closed, np.maximum(C - in_flight, 0.0) / np.maximum(X, 1e-300), 0.0)
     ttft = np.where(closed, slot_wait + response - queue_s + service + finite_step / 2,
                     _ttft(service, queue_s, finite_step, X, prefill_scv))
