@@ -198,11 +198,8 @@ def pessimistic_ratios(moe: bool, family: str, engine: str, vendor: str, device_
     """The pessimistic ends (measured / predicted speed; 1 where there is no band) of the intervals a TTFT and a
     per-user speed under a load fall in: the serving band, but for a single client's speed, which is a batch of
     one's (:func:`band_regime`)."""
-    stored = _shipped()
-
     def low(regime: str) -> float:
-        found = stored and shipped_band(stored, regime, moe, family, engine, GROUP_OF_CLASS[device_class],
-                                        default_backend(vendor, device_class))
+        found = measurement_band("decode_tps_per_seq", regime, moe, family, engine, vendor, device_class)
         return found[0] if found else 1.0
 
     return low("serving"), low(band_regime("decode_tps_per_seq", "serving", single_client))

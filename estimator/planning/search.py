@@ -155,6 +155,7 @@ def plan(spec: PlanSpec, db: Database | None = None) -> PlanResult:
     formats = candidate_formats(spec)
     counts = device_counts(spec.constraints.max_gpus)
     configurations, rejected, prices = [], [], {}
+    single_client = ServingOptions(**spec.workload.serving).single_client   # the same load for every candidate
     for hw in devices:
         prices[hw.name] = hourly_cost(hw, spec.prices, spec.constraints.deployment)
     for model in models:
@@ -178,7 +179,7 @@ def plan(spec: PlanSpec, db: Database | None = None) -> PlanResult:
             continue
         rows = _results_for_candidates(spec, model, usable, formats, layouts, db)
         for variants in zip(*rows):
-            configurations.append(_judge(spec, model, variants, db, prices))
+            configurations.append(_judge(spec, model, variants, db, prices, single_client))
     good = sorted((c for c in configurations if c["meets_targets"]), key=lambda c: c["cost_per_million_tokens_usd"])
     _mark_pareto(good)
     bad = [c for c in configurations if not c["meets_targets"]]
@@ -189,8 +190,9 @@ def plan(spec: PlanSpec, db: Database | None = None) -> PlanResult:
                        for name, (cost, source) in sorted(prices.items()) if cost is not None], closest)
 
 
-def _judge(spec: PlanSpec, model, variants: tuple[dict, ...], db, prices) -> dict:
-    """One candidate over the request mix: the worst latency, the share-weighted cost; reasons if rejected."""
+def _judge(spec: PlanSpec, model, variants: tuple[dict, ...], db, prices, single_client: bool) -> dict:
+    """One candidate over the request mix: the worst latency, the share-weighted cost; reasons if rejected.
+    ``single_client``: the plan's load is one client (its per-user speed is judged at a batch of one's band)."""
     first = variants[0]
     hw = db.hardware.get(first["hardware"])
     layout = first["layout_spec"]
@@ -200,7 +202,7 @@ def _judge(spec: PlanSpec, model, variants: tuple[dict, ...], db, prices) -> dic
     shares = shares / shares.sum()
     fits = all(v["fits"] for v in variants)
     saturated = any(v.get("saturated") for v in variants)
-    fmt, single_client = first["weight_format"], ServingOptions(**spec.workload.serving).single_client
+    fmt = first["weight_format"]
     adjusted = [_percentile_adjusted(spec, model.shape.moe, hw, fmt, single_client, v["ttft_s"],
                                      v["decode_tps_per_seq"]) for v in variants]
     ttft = max(a[0] for a in adjusted)
